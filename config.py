@@ -1,0 +1,135 @@
+"""Every run option in one place: the flags, their defaults, and the result-file name they imply.
+
+Both command-line entry points (`script.py`, `other.py`) build a `RunConfig` with `build_parser`, so a new flag is
+added here once and is seen by the runner, the feature pipeline and the models alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent
+DEFAULT_DATA = REPO_ROOT.parent / "anki-revlogs-10k"
+EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
+
+# Models whose histories always include same-day reviews (upstream: FSRS-5 and FSRS-6 "IL, G, SR").
+ALWAYS_SHORT = {"FSRS-5", "FSRS-6"}
+
+
+@dataclass
+class RunConfig:
+    algo: str = "FSRS-6"
+    data: Path | None = None  # None: ../anki-revlogs-10k if present, else the embedded data set
+    processes: int = field(default_factory=lambda: os.cpu_count() or 1)
+    max_user_id: int | None = None
+    users: list[int] | None = None  # explicit subset (testing, cluster sharding)
+    partitions: str = "none"  # none | preset | deck
+    recency: bool = False
+    default: bool = False  # Era A --dry: no training, default parameters
+    S0: bool = False  # Era A --pretrain: fit only the initial stabilities
+    two_buttons: bool = False  # Era A --binary: Hard and Easy become Good
+    short: bool = False  # same-day reviews stay in histories (never targets)
+    n_splits: int = 5
+    batch_size: int = 512
+    max_seq_len: int = 64
+    n_epoch: int = 5
+    trainer: str = "upstream"  # upstream: Adam+cosine minibatches as srs-benchmark; fast: see models/fsrs6_fast.py
+    torch_num_threads: int = 1
+    raw: bool = False
+    file: bool = False
+    result_dir: Path = REPO_ROOT / "result"
+    raw_dir: Path = REPO_ROOT / "raw"
+    evaluation_dir: Path = REPO_ROOT / "evaluation"
+    quiet: bool = False
+
+    @property
+    def include_short(self) -> bool:
+        """Same-day reviews kept inside histories (targets never include them in day mode)."""
+        return self.short or self.algo in ALWAYS_SHORT
+
+    @property
+    def name(self) -> str:
+        """Result-file base name: algorithm plus upstream's suffixes, in upstream's order."""
+        parts = [self.algo]
+        if self.default:
+            parts.append("default")
+        if self.S0:
+            parts.append("S0")
+        if self.two_buttons:
+            parts.append("binary")
+        if self.short and self.algo not in ALWAYS_SHORT:
+            parts.append("short")
+        if self.recency:
+            parts.append("recency")
+        if self.trainer != "upstream":
+            parts.append(self.trainer)
+        if self.partitions != "none":
+            parts.append(self.partitions)
+        return "-".join(parts)
+
+
+def build_parser(description: str, default_algo: str, algo_choices: list[str] | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--algo", "--model", dest="algo", default=default_algo, choices=algo_choices,
+                   help="model to evaluate (--model is the seed README's name for the same flag)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="dataset root in the anki-revlogs-10k layout (revlogs/user_id=N/data.parquet); "
+                        "default: ../anki-revlogs-10k if it exists, else the embedded data set in data/embedded")
+    p.add_argument("--processes", type=int, default=os.cpu_count() or 1,
+                   help="worker processes, one user each (1 runs in this process)")
+    p.add_argument("--max-user-id", dest="max_user_id", type=int, default=None, help="only users with id <= N")
+    p.add_argument("--users", type=str, default=None,
+                   help="comma-separated user ids or ranges (e.g. 1-100,250) to run; useful to shard over machines")
+    p.add_argument("--partitions", choices=["none", "preset", "deck"], default="none",
+                   help="train separate parameters per preset or per deck (suffix -preset / -deck)")
+    p.add_argument("--recency", action="store_true",
+                   help="weight training reviews by recency, 0.25 + 0.75*x^3 (suffix -recency)")
+    p.add_argument("--dry", "--default", dest="default", action="store_true",
+                   help="no training: evaluate the default parameters (suffix -default)")
+    p.add_argument("--pretrain", "--S0", dest="S0", action="store_true",
+                   help="fit only the initial stabilities w0-w3, keep the rest at defaults (suffix -S0)")
+    p.add_argument("--binary", "--two_buttons", dest="two_buttons", action="store_true",
+                   help="treat Hard and Easy as Good (suffix -binary)")
+    p.add_argument("--short", action="store_true",
+                   help="keep same-day reviews in histories (never as targets); always on for FSRS-5/FSRS-6")
+    p.add_argument("--n_splits", type=int, default=5, help="TimeSeriesSplit folds")
+    p.add_argument("--batch_size", type=int, default=512, help="training batch size")
+    p.add_argument("--max_seq_len", type=int, default=64,
+                   help="longest training history; each card keeps its first 2x this many reviews")
+    p.add_argument("--n_epoch", type=int, default=5, help="training epochs")
+    p.add_argument("--trainer", choices=["upstream", "fast"], default="upstream",
+                   help="upstream: srs-benchmark's Adam+cosine minibatch trainer; "
+                        "fast: same objective, compiled full-sequence gradients (suffix -fast)")
+    p.add_argument("--torch_num_threads", type=int, default=1, help="torch threads per worker")
+    p.add_argument("--raw", action="store_true", help="also write raw predictions to raw/<name>.jsonl")
+    p.add_argument("--file", action="store_true", help="also write per-user test rows with p to evaluation/<name>/")
+    p.add_argument("--result-dir", dest="result_dir", type=Path, default=REPO_ROOT / "result",
+                   help="where result/<name>.jsonl is written")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def parse_users(spec: str | None) -> list[int] | None:
+    if not spec:
+        return None
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return sorted(set(out))
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    values = vars(args).copy()
+    values["users"] = parse_users(values.get("users"))
+    cfg = RunConfig(**values)
+    cfg.raw_dir = cfg.result_dir.parent / "raw"
+    cfg.evaluation_dir = cfg.result_dir.parent / "evaluation"
+    return cfg

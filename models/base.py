@@ -1,0 +1,58 @@
+"""What every model sees and provides.
+
+`ReviewData` holds the target rows of one user (or a train/test subset of them) together with the card review
+sequences their histories point into. A target row's history is `seq_*[seq_start : seq_start + seq_pos]` and the
+row itself is the review at `seq_start + seq_pos`. Every target of a card is therefore a prefix of one sequence,
+so a model can compute all of a card's predictions in a single pass over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+class InadequateData(Exception):
+    """Training is impossible on this data (empty set, no first reviews, ...): the runner falls back to defaults."""
+
+
+@dataclass
+class ReviewData:
+    rows: pd.DataFrame  # target rows in time order; columns documented in features.py
+    seq_delta_t: np.ndarray  # float64: interval (days) before each review in card-sequence order, 0 for a first review
+    seq_rating: np.ndarray  # int8: rating 1-4 of each review in card-sequence order
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def subset(self, selector) -> "ReviewData":
+        """Rows chosen by a boolean mask or positional indices; the sequences are shared, not copied."""
+        rows = self.rows[selector] if isinstance(selector, (pd.Series, np.ndarray)) and np.asarray(selector).dtype == bool \
+            else self.rows.iloc[selector]
+        return ReviewData(rows.reset_index(drop=True), self.seq_delta_t, self.seq_rating)
+
+    def history(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(intervals, ratings) of the reviews before target row k."""
+        start = int(self.rows["seq_start"].iat[k])
+        pos = int(self.rows["seq_pos"].iat[k])
+        return self.seq_delta_t[start:start + pos], self.seq_rating[start:start + pos]
+
+
+class Model:
+    """fit/predict in the spirit of scikit-learn. One instance per (user, fold, partition)."""
+
+    name: str = ""
+    n_params: int = 0
+
+    def fit(self, train: ReviewData) -> "Model":
+        return self
+
+    def predict(self, test: ReviewData) -> np.ndarray:
+        """P(recall) for every row of `test`, in row order, strictly inside (0, 1) where possible."""
+        raise NotImplementedError
+
+    def parameters(self) -> list[float] | None:
+        """What goes into the result line's `parameters` (None for models without a parameter list)."""
+        return None
