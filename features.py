@@ -1,0 +1,183 @@
+"""Revlog → evaluation targets, following upstream srs-benchmark's feature engineering rule by rule
+(`spec/pipeline.md` §2). The per-user number of targets decides the `size` every table is weighted by, so each
+step mirrors upstream exactly; the step numbers below refer to that section.
+
+Output (`ReviewData`):
+- `seq_delta_t`, `seq_rating`: each card's kept review sequence (after the rating filter, the 128-review cap and,
+  without same-day histories, the one-review-per-day rule), cards one after another.
+- `rows`: one row per target review, in time order, with columns
+  card_id, review_th (1-based position in the user's file), delta_t (days since the card's previous kept review),
+  y (1 = recalled), rating, i (1 + long-term reviews so far), first_rating, last_rating, rmse_bins_lapse,
+  elapsed_days, elapsed_seconds, partition, seq_start, seq_pos (history = seq[seq_start : seq_start + seq_pos]).
+
+Everything is vectorised with numpy over the whole user (no per-card Python loops): this is the hot path when a
+run covers hundreds of millions of reviews.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.base import ReviewData
+
+MIN_ROWS = 6  # upstream: fewer evaluation rows than this and the user is skipped
+
+
+class NotEnoughData(Exception):
+    """The user has too few targets left after filtering; skipped, as upstream does."""
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    short: bool = False  # same-day reviews stay in histories (never targets)
+    two_buttons: bool = False  # Hard and Easy become Good
+    max_seq_len: int = 64  # each card keeps its first 2 * max_seq_len reviews
+
+    @classmethod
+    def from_run(cls, cfg) -> "FeatureConfig":
+        return cls(short=cfg.include_short, two_buttons=cfg.two_buttons, max_seq_len=cfg.max_seq_len)
+
+
+def _group_starts(keys: np.ndarray) -> np.ndarray:
+    """Boolean array: True where a new run of equal keys begins."""
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = keys[1:] != keys[:-1]
+    return starts
+
+
+def _cumcount(starts: np.ndarray) -> np.ndarray:
+    """0-based position within each run (runs begin where `starts` is True)."""
+    idx = np.arange(len(starts))
+    run_start = np.maximum.accumulate(np.where(starts, idx, 0))
+    return idx - run_start
+
+
+def _run_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of `values` restarting at each run start."""
+    total = np.cumsum(values)
+    before = total - values
+    run_offset = np.maximum.accumulate(np.where(starts, np.arange(len(values)), 0))
+    return total - before[run_offset]
+
+
+def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
+                   partition: np.ndarray | None = None) -> ReviewData:
+    """All target rows of one user. Raises NotEnoughData when fewer than 6 remain."""
+    n = len(revlogs)
+    card = revlogs["card_id"].to_numpy(np.int64)
+    rating = revlogs["rating"].to_numpy(np.int64)
+    elapsed = revlogs["elapsed_days"].to_numpy(np.int64)
+    secs = revlogs["elapsed_seconds"].to_numpy(np.int64) if "elapsed_seconds" in revlogs else np.full(n, -1)
+    part = np.zeros(n, dtype=np.int64) if partition is None else np.asarray(partition, dtype=np.int64)
+    review_th = np.arange(1, n + 1, dtype=np.int64)
+
+    # 1. Stable sort by (card, time); 2. keep ratings 1-4; 3. optional two-button mapping.
+    order = np.lexsort((review_th, card))
+    order = order[(rating[order] >= 1) & (rating[order] <= 4)]
+    r = rating[order]
+    if fcfg.two_buttons:
+        r = np.where((r == 2) | (r == 4), 3, r)
+    c, e = card[order], elapsed[order]
+
+    # 4. Keep each card's first 2*max_seq_len valid reviews (same-day ones included in the count).
+    keep = _cumcount(_group_starts(c)) < 2 * fcfg.max_seq_len
+    # 6. Without same-day histories: one review per card per day (drop elapsed_days == 0).
+    if not fcfg.short:
+        keep &= e != 0
+    order, r, c, e = order[keep], r[keep], c[keep], e[keep]
+
+    # The kept sequences are what histories index into.
+    starts = _group_starts(c)
+    pos = _cumcount(starts)  # number of earlier kept reviews of the card = history length
+    seq_start = np.maximum.accumulate(np.where(starts, np.arange(len(c)), 0))
+    delta_t = np.maximum(e, 0)
+
+    # 7-8. first_rating, last_rating, lapses before this review (Again after an interval of >= 1 day).
+    first_rating = r[seq_start]
+    long_term = delta_t > 0
+    lapse_here = ((r == 1) & long_term).astype(np.int64)
+    lapses_before = _run_cumsum(lapse_here, starts) - lapse_here
+    last_lt = np.maximum.accumulate(np.where(long_term, np.arange(len(c)), -1))
+    prev_lt = np.concatenate(([-1], last_lt[:-1]))  # most recent earlier long-term review (any card)
+    has_prev = prev_lt >= seq_start
+    last_rating = np.where(has_prev, r[np.maximum(prev_lt, 0)], first_rating)
+
+    # 9. Candidate rows: long-term reviews plus each card's first review (same-day repeats are never targets).
+    cand = (delta_t != 0) | (pos == 0) if fcfg.short else np.ones(len(c), dtype=bool)
+    idx = np.flatnonzero(cand)
+    c_c, e_c, dt_c = c[idx], e[idx], delta_t[idx]
+    # 10. i = 1 + number of long-term reviews so far (including this one).
+    i = 1 + _run_cumsum((e_c > 0).astype(np.int64), _group_starts(c_c))
+
+    # 11. Outlier filter on the first long-term reviews, then cut each card at its first gap in i.
+    drop = _outlier_mask(first_rating[idx], dt_c, i == 2)
+    idx, c_c, dt_c, i = idx[~drop], c_c[~drop], dt_c[~drop], i[~drop]
+    cstarts = _group_starts(c_c)
+    gap = np.zeros(len(i), dtype=bool)
+    gap[1:] = (i[1:] - i[:-1] != 1) & ~cstarts[1:]
+    broken = _run_cumsum(gap.astype(np.int64), cstarts) > 0
+    ok = ~broken & (dt_c > 0)  # 12. targets: delta_t > 0
+    idx, i = idx[ok], i[ok]
+
+    if len(idx) < MIN_ROWS:
+        raise NotEnoughData(f"only {len(idx)} evaluation reviews after filtering (need {MIN_ROWS})")
+
+    src = order[idx]
+    rows = pd.DataFrame({
+        "card_id": c[idx],
+        "review_th": review_th[src],
+        "delta_t": delta_t[idx].astype(np.float64),
+        "y": (r[idx] > 1).astype(np.int64),
+        "rating": r[idx],
+        "i": i,
+        "first_rating": first_rating[idx],
+        "last_rating": last_rating[idx],
+        "rmse_bins_lapse": lapses_before[idx],
+        "elapsed_days": e[idx],
+        "elapsed_seconds": secs[src],
+        "partition": part[src],
+        "seq_start": seq_start[idx],
+        "seq_pos": pos[idx],
+    })
+    rows = rows.sort_values("review_th", kind="stable").reset_index(drop=True)
+    return ReviewData(rows, delta_t.astype(np.float64), r.astype(np.int8))
+
+
+def _outlier_mask(first_rating: np.ndarray, delta_t: np.ndarray, is_first_lt: np.ndarray) -> np.ndarray:
+    """Rows to drop among the first long-term reviews (fsrs-optimizer's `remove_outliers`, per first rating).
+
+    Cells (first_rating, delta_t) are visited from the smallest count to the largest (ties: larger delta_t first).
+    A cell is dropped while the running dropped total stays below max(5% of the group, 20); after that only cells
+    with fewer than 6 reviews or an interval above 100 days (365 when the first rating was Easy) are dropped.
+    """
+    drop = np.zeros(len(delta_t), dtype=bool)
+    sel = np.flatnonzero(is_first_lt)
+    if len(sel) == 0:
+        return drop
+    cells = pd.DataFrame({"fr": first_rating[sel], "dt": delta_t[sel]}).value_counts().reset_index(name="n")
+    dropped_cells = []
+    for fr, group in cells.groupby("fr", sort=True):
+        threshold = max(0.05 * group["n"].sum(), 20)
+        limit = 365 if fr == 4 else 100
+        removed = 0
+        for dt, count in group.sort_values(["n", "dt"], ascending=[True, False])[["dt", "n"]].itertuples(index=False):
+            if removed + count < threshold or count < 6 or dt > limit:
+                dropped_cells.append((fr, dt))
+                removed += count
+    if dropped_cells:
+        bad = pd.MultiIndex.from_tuples(dropped_cells)
+        keys = pd.MultiIndex.from_arrays([first_rating[sel], delta_t[sel]])
+        drop[sel[keys.isin(bad)]] = True
+    return drop
+
+
+def history_strings(data: ReviewData) -> tuple[list[str], list[str]]:
+    """Upstream's comma-joined t_history / r_history per target row (for peers and per-user TSV output)."""
+    t_hist, r_hist = [], []
+    for start, p in zip(data.rows["seq_start"].to_numpy(), data.rows["seq_pos"].to_numpy()):
+        t_hist.append(",".join(str(int(x)) for x in data.seq_delta_t[start:start + p]))
+        r_hist.append(",".join(str(int(x)) for x in data.seq_rating[start:start + p]))
+    return t_hist, r_hist
