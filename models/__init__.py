@@ -16,8 +16,15 @@ def _fsrs6(cfg):
     return FSRS6(cfg)
 
 
+def _avg(cfg):
+    from models.avg import AVG
+
+    return AVG(cfg)
+
+
 REGISTRY: dict[str, Callable] = {
     "FSRS-6": _fsrs6,
+    "AVG": _avg,
 }
 
 
