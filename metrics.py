@@ -6,6 +6,7 @@ Pure functions of (y, p, test rows). Every reported value is rounded to 6 decima
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -47,6 +48,8 @@ def ici(y: np.ndarray, p: np.ndarray) -> float:
     from statsmodels.nonparametric.smoothers_lowess import lowess
 
     p = np.asarray(p, dtype=np.float64)
+    if p.max() == p.min():
+        return float("nan")  # lowess is undefined for a constant predictor
     smoothed = lowess(np.asarray(y, dtype=np.float64), p, it=0, delta=0.01 * (p.max() - p.min()),
                       return_sorted=False)
     return float(np.mean(np.abs(smoothed - p)))
@@ -55,7 +58,9 @@ def ici(y: np.ndarray, p: np.ndarray) -> float:
 def auc(y: np.ndarray, p: np.ndarray) -> float | None:
     """ROC AUC, or None when it is undefined (a test set with a single class)."""
     try:
-        value = float(roc_auc_score(y, p))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # sklearn warns (and returns NaN) for a single class
+            value = float(roc_auc_score(y, p))
     except ValueError:
         return None
     return None if math.isnan(value) else value
@@ -76,4 +81,5 @@ def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame) -> dict:
         "recall@90": float(recall_score(y, predicted, zero_division=0)),
         "MBE": float(np.mean(p - y)),
     }
-    return {k: (None if v is None else round(v, 6)) for k, v in out.items()}
+    # NaN (e.g. ICI when every prediction is equal) is written as null: result files stay strict JSON
+    return {k: (None if v is None or math.isnan(v) else round(v, 6)) for k, v in out.items()}

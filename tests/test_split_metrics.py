@@ -1,0 +1,81 @@
+"""The TimeSeriesSplit sizes and every metric against values computed by hand."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import metrics
+from split import evaluated_size, time_series_folds
+
+
+def test_split_sizes_12744():
+    folds = time_series_folds(12744, 5)
+    assert evaluated_size(12744) == 10620
+    assert sum(len(test) for _, test in folds) == 10620
+    assert folds[0][1][0] == 12744 - 5 * 2124
+    for train, test in folds:
+        assert len(test) == 2124
+        assert train.max() + 1 == test.min() and train.min() == 0  # expanding window, strictly in the past
+    tests = np.concatenate([t for _, t in folds])
+    assert np.array_equal(tests, np.arange(12744 - 10620, 12744))
+
+
+def test_logloss_rmse_mbe_by_hand():
+    y = np.array([1, 0, 1, 1])
+    p = np.array([0.9, 0.2, 0.6, 0.99])
+    rows = pd.DataFrame({"elapsed_days": [1, 1, 1, 1], "i": [2, 2, 2, 2], "rmse_bins_lapse": [0, 0, 0, 0]})
+    m = metrics.evaluate(y, p, rows)
+    ll = -(math.log(0.9) + math.log(0.8) + math.log(0.6) + math.log(0.99)) / 4
+    assert m["LogLoss"] == round(ll, 6)
+    assert m["RMSE"] == round(math.sqrt((0.01 + 0.04 + 0.16 + 0.0001) / 4), 6)
+    assert m["MBE"] == round((-0.1 + 0.2 - 0.4 - 0.01) / 4, 6)
+    # one bin: |mean y − mean p| = |0.75 − 0.6725|
+    assert m["RMSE(bins)"] == round(abs(0.75 - 0.6725), 6)
+    # AUC: positives {0.9, 0.6, 0.99} vs negative {0.2}: every pair ranked right
+    assert m["AUC"] == 1.0
+    # p >= 0.9 predicts recall: predicted {0.9, 0.99} both recalled → precision 1, recall 2/3
+    assert m["precision@90"] == 1.0 and m["recall@90"] == round(2 / 3, 6)
+
+
+def test_rmse_bins_weights_bins_by_size():
+    # bin A (interval 1-3 days): 3 rows, y mean 2/3, p mean 0.9; bin B (interval 4-13): 1 row, y 0, p 0.5
+    y = np.array([1, 1, 0, 0])
+    p = np.array([0.9, 0.9, 0.9, 0.5])
+    rows = pd.DataFrame({"elapsed_days": [1, 2, 3, 5], "i": [2, 2, 3, 2], "rmse_bins_lapse": [0, 0, 0, 0]})
+    expected = math.sqrt((3 * (2 / 3 - 0.9) ** 2 + 1 * 0.5 ** 2) / 4)
+    assert metrics.rmse_bins(y, p, rows.elapsed_days, rows.i, rows.rmse_bins_lapse) == pytest.approx(expected, 1e-12)
+    # a lapse moves row 3 into its own bin
+    rows.loc[2, "rmse_bins_lapse"] = 1
+    expected = math.sqrt((2 * (1 - 0.9) ** 2 + 1 * 0.9 ** 2 + 1 * 0.5 ** 2) / 4)
+    assert metrics.rmse_bins(y, p, rows.elapsed_days, rows.i, rows.rmse_bins_lapse) == pytest.approx(expected, 1e-12)
+
+
+def test_bin_edges():
+    assert list(metrics.interval_bin([0, 1, 3, 4, 13, 14, 47, 48, 171, 172, 621, 622])) == \
+        [0.0, 2.48, 2.48, 8.98, 8.98, 32.5, 32.5, 117.65, 117.65, 425.88, 425.88, 1541.68]
+    assert list(metrics.review_count_bin([1, 2, 3, 4, 6, 7, 12, 13, 24, 25, 45, 46, 86, 87])) == \
+        [2, 4, 4, 7, 7, 13, 13, 25, 25, 48, 48, 91, 91, 171]
+    assert list(metrics.lapse_bin([0, 1, 2, 3, 5, 6, 8, 9, 15, 16, 26, 27, 46])) == \
+        [0, 2, 3, 5, 5, 9, 9, 15, 15, 26, 26, 44, 44]
+
+
+def test_auc_single_class_is_null_and_ties_count_half():
+    assert metrics.auc(np.array([1, 1, 1]), np.array([0.2, 0.5, 0.9])) is None
+    # pairs (pos, neg): (0.5, 0.5) tie → 0.5, (0.8, 0.5) → 1 : AUC = 0.75
+    assert metrics.auc(np.array([1, 1, 0]), np.array([0.5, 0.8, 0.5])) == 0.75
+
+
+def test_ici_is_zero_when_calibrated_and_the_offset_otherwise():
+    p = np.linspace(0.1, 0.9, 200)
+    assert metrics.ici(p, p) == pytest.approx(0.0, abs=1e-12)  # lowess reproduces a straight line exactly
+    assert metrics.ici(p + 0.05, p) == pytest.approx(0.05, abs=1e-12)
+
+
+def test_logloss_clips_certain_wrong_predictions():
+    y = np.array([0, 1])
+    p = np.array([1.0, 1.0])
+    rows = pd.DataFrame({"elapsed_days": [1, 1], "i": [2, 2], "rmse_bins_lapse": [0, 0]})
+    eps = np.finfo(np.float64).eps
+    assert metrics.evaluate(y, p, rows)["LogLoss"] == round(-math.log(eps) / 2, 6)
