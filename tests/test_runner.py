@@ -161,3 +161,27 @@ def test_process_pool_gives_the_same_lines(dataset, tmp_path):
     run(two)
     strip = lambda p: [{k: v for k, v in l.items() if k != "time_ms"} for l in read_results(p)[0]]
     assert strip(tmp_path / "a" / "result" / "AVG.jsonl") == strip(tmp_path / "b" / "result" / "AVG.jsonl")
+
+
+def test_preset_partitions_train_one_model_per_preset(tmp_path):
+    from features import FeatureConfig, build_features
+    from split import time_series_folds
+
+    root = tmp_path / "data"
+    revlog = user_revlog(5, n_cards=80)
+    n_cards = revlog.card_id.nunique()
+    cards = pd.DataFrame({"card_id": range(n_cards), "note_id": range(n_cards), "deck_id": [c % 3 for c in range(n_cards)]})
+    decks = pd.DataFrame({"deck_id": [0, 1, 2], "parent_id": [-1, -1, -1], "preset_id": [0, 1, 1]})
+    write_user(root, 1, revlog, cards, decks)
+    cfg = cfg_for(root, tmp_path, partitions="preset", raw=True)
+    assert cfg.name == "AVG-preset"
+    assert run(cfg).exit_code == 0
+    raw = read_results(tmp_path / "raw" / "AVG-preset.jsonl")[0][0]
+    # expected: per fold, each test row gets the mean recall of its preset's training rows, grouped by preset
+    data = build_features(revlog, FeatureConfig(), np.array([0 if c % 3 == 0 else 1 for c in revlog.card_id]))
+    expected = []
+    for train, test in time_series_folds(len(data)):
+        tr, te = data.rows.iloc[train], data.rows.iloc[test]
+        for p in pd.unique(te.partition):
+            expected += [round(tr.y[tr.partition == p].mean(), 4)] * int((te.partition == p).sum())
+    assert raw["p"] == expected
