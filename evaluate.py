@@ -1,0 +1,538 @@
+"""README tables from per-user result files: means with 99% BCa bootstrap intervals, plus superiority,
+significance and calibration plots (see `analysis.py`).
+
+    python evaluate.py                                  # both tables for every result/*.jsonl
+    python evaluate.py --models FSRS-6,AVG --readme README.md
+    python evaluate.py --superiority --significance     # also plots/Superiority-<n>.png, Wilcoxon-/T-test-<n>-collections.png
+    python evaluate.py --calibration FSRS-6 [--user 8]  # plots/calibration-FSRS-6[-user-8].png from raw/FSRS-6.jsonl
+
+Aggregation follows upstream's evaluate.py (spec §7):
+- only users present in every compared model's file are used; users with a null/NaN value are dropped from that
+  metric's column only (AUC is null for single-class test sets);
+- mean = Σ w·m / Σ w with w = `size` ("weighted by the number of reviews") or w = 1 ("unweighted");
+- ± = half the width of the 99% BCa interval of that weighted mean, exactly what
+  `scipy.stats.bootstrap((user_indices,), weighted_mean, confidence_level=0.99, method="BCa", random_state=42)`
+  returns (default 9999 resamples). `weighted_mean_cis` computes the same numbers in a few seconds for all models
+  at once: it draws the same resample indices (same generator, same order), turns each batch of resamples into
+  per-user counts so that every (model, metric, weighting) column is one matrix product, and uses the closed-form
+  leave-one-out weighted mean for the BCa acceleration instead of n separate jackknife evaluations;
+- formatting is upstream's `sigdig`: the CI with 2 significant digits, the mean with as many decimals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+from scipy.special import ndtr, ndtri
+
+REPO_ROOT = Path(__file__).resolve().parent
+
+# Table columns: (key in "metrics", header, lower is better)
+METRICS = [("LogLoss", "Log Loss", True), ("RMSE(bins)", "RMSE (bins)", True), ("AUC", "AUC", False)]
+
+# Input-feature abbreviations of upstream's newer README.
+FEATURE_LEGEND = {
+    "IL": "interval lengths, in days",
+    "FIL": "fractional (aka non-integer) interval lengths",
+    "G": "grades (Again/Hard/Good/Easy)",
+    "SR": "same-day (or short-term) reviews",
+    "AT": "answer time (duration of the review), in milliseconds",
+}
+
+# Row name (result file name) → (trainable parameters per user, input features). Upstream's hand-kept list.
+KNOWN_MODELS: dict[str, tuple[int, str]] = {
+    "FSRS-7": (35, "IL, G, SR"),
+    "FSRS-6": (21, "IL, G, SR"),
+    "FSRS-6-default": (0, "IL, G, SR"),
+    "FSRS-6-S0": (4, "IL, G, SR"),
+    "FSRS-6-binary": (17, "IL, G, SR"),
+    "FSRS-6-recency": (21, "IL, G, SR"),
+    "FSRS-6-preset": (21, "IL, G, SR"),
+    "FSRS-6-deck": (21, "IL, G, SR"),
+    "FSRS-6-one-step": (21, "IL, G, SR"),
+    "FSRS-rs": (21, "IL, G, SR"),
+    "FSRS-5": (19, "IL, G, SR"),
+    "FSRS-5-default": (0, "IL, G, SR"),
+    "FSRS-5-S0": (4, "IL, G, SR"),
+    "FSRS-5-binary": (15, "IL, G, SR"),
+    "FSRS-5-recency": (19, "IL, G, SR"),
+    "FSRS-5-preset": (19, "IL, G, SR"),
+    "FSRS-5-deck": (19, "IL, G, SR"),
+    "FSRS-4.5": (17, "IL, G"),
+    "FSRSv4": (17, "IL, G"),
+    "FSRSv3": (13, "IL, G"),
+    "FSRSv2": (14, "IL, G"),
+    "FSRSv1": (7, "IL, G"),
+    "LSTM": (8869, "FIL, G, SR, AT"),
+    "GRU": (39, "IL, G"),
+    "GRU-P": (297, "IL, G"),
+    "GRU-P-short": (297, "IL, G, SR"),
+    "Transformer": (127, "IL, G"),
+    "NN-17": (39, "IL, G"),
+    "DASH": (9, "IL, G"),
+    "DASH-short": (9, "IL, G, SR"),
+    "DASH[MCM]": (9, "IL, G"),
+    "DASH[ACT-R]": (5, "IL, G"),
+    "ACT-R": (5, "IL"),
+    "HLR": (3, "IL, G"),
+    "HLR-short": (3, "IL, G, SR"),
+    "SM2": (0, "IL, G"),
+    "SM2-short": (0, "IL, G, SR"),
+    "SM2-trainable": (6, "IL, G"),
+    "Anki": (0, "IL, G"),
+    "Anki-trainable": (7, "IL, G"),
+    "Ebisu-v2": (0, "IL, G"),
+    "AVG": (0, "---"),
+    "MOVING-AVG": (0, "---"),
+    "LogisticRegression": (34, "IL, G, SR"),
+    "RMSE-BINS-EXPLOIT": (0, "IL, G"),
+    "90%": (0, "---"),
+}
+
+START_MARKER = "<!-- tables:start -->"
+END_MARKER = "<!-- tables:end -->"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading result files
+
+
+@dataclass
+class ModelResults:
+    """One result file: per-user metrics keyed by user id."""
+
+    name: str
+    users: np.ndarray  # sorted user ids
+    size: np.ndarray  # evaluated reviews per user
+    metrics: dict[str, np.ndarray]  # metric → values aligned with `users`, NaN where null/missing
+    n_params: int | None = None  # from the first user's `parameters`, if any
+    warnings: list[str] = field(default_factory=list)
+
+    def select(self, users: np.ndarray) -> "ModelResults":
+        pos = np.searchsorted(self.users, users)
+        return ModelResults(self.name, users, self.size[pos], {k: v[pos] for k, v in self.metrics.items()},
+                            self.n_params, self.warnings)
+
+
+def _count_parameters(params) -> int | None:
+    """Trainable parameters per user from a result line's `parameters` ({partition: [floats]} or a list)."""
+    if isinstance(params, dict) and params:
+        first = next(iter(params.values()))
+        return len(first) if isinstance(first, list) else None
+    if isinstance(params, list):
+        return len(params)
+    return None
+
+
+def _as_float(value) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def read_result_file(path: Path, metric_keys=("LogLoss", "RMSE(bins)", "AUC", "RMSE", "ICI", "MBE")) -> ModelResults:
+    """Parse `result/<name>.jsonl`, tolerating blank, torn and malformed lines (each one is reported once)."""
+    path = Path(path)
+    rows: dict[int, tuple[float, dict[str, float]]] = {}
+    n_params = None
+    notes: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                notes.append(f"{path}:{lineno}: blank line skipped")
+                continue
+            try:
+                obj = json.loads(line)
+                user = int(obj["user"])
+                size = float(obj["size"])
+                metrics = obj["metrics"]
+                if not isinstance(metrics, dict):
+                    raise TypeError("metrics is not an object")
+            except (ValueError, KeyError, TypeError) as exc:
+                notes.append(f"{path}:{lineno}: unreadable line skipped ({type(exc).__name__}: {exc})")
+                continue
+            if user in rows:
+                notes.append(f"{path}:{lineno}: user {user} appears again; the later line is used")
+            rows[user] = (size, {k: _as_float(metrics.get(k)) for k in metric_keys})
+            if n_params is None and "parameters" in obj:
+                n_params = _count_parameters(obj["parameters"])
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    users = np.array(sorted(rows), dtype=np.int64)
+    size = np.array([rows[u][0] for u in users], dtype=np.float64)
+    metrics = {k: np.array([rows[u][1][k] for u in users], dtype=np.float64) for k in metric_keys}
+    return ModelResults(path.stem, users, size, metrics, n_params, notes)
+
+
+def load_models(result_dir: Path, names: list[str] | None = None) -> list[ModelResults]:
+    result_dir = Path(result_dir)
+    if names:
+        paths = [result_dir / f"{name}.jsonl" for name in names]
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise SystemExit(f"error: no result file for: {', '.join(missing)}")
+    else:
+        paths = sorted(result_dir.glob("*.jsonl"))
+        if not paths:
+            raise SystemExit(f"error: no result files (*.jsonl) in {result_dir}")
+    return [read_result_file(p) for p in paths]
+
+
+def common_users(models: list[ModelResults]) -> tuple[list[ModelResults], dict]:
+    """Restrict every model to the users present in all files; report how many were dropped."""
+    all_users = set().union(*(set(m.users.tolist()) for m in models))
+    common = np.array(sorted(set.intersection(*(set(m.users.tolist()) for m in models))), dtype=np.int64)
+    info = {"users": len(common), "excluded": len(all_users) - len(common),
+            "missing_per_model": {m.name: len(all_users) - len(m.users) for m in models}}
+    restricted = [m.select(common) for m in models]
+    if restricted:
+        sizes = np.stack([m.size for m in restricted])
+        info["reviews"] = int(sizes[0].sum())
+        info["sizes_differ"] = bool((sizes != sizes[0]).any())
+    else:
+        info["reviews"] = 0
+        info["sizes_differ"] = False
+    return restricted, info
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bootstrap
+
+
+def _weighted_mean_stat(values: np.ndarray, weights: np.ndarray):
+    """Upstream's statistic: weighted mean of the users picked by an index array (vectorised along the last axis)."""
+
+    def statistic(idx, axis=-1):
+        return np.average(values[idx], weights=weights[idx], axis=axis)
+
+    return statistic
+
+
+def weighted_mean_ci_scipy(values, weights, *, confidence_level=0.99, n_resamples=9999, random_state=42,
+                           vectorized=True, batch=None):
+    """The reference: scipy's own BCa bootstrap over user indices, as upstream calls it. Returns (low, high)."""
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    statistic = _weighted_mean_stat(values, weights)
+    if not vectorized:
+        vector_stat = statistic
+
+        def statistic(idx):  # noqa: F811 - one resample at a time, like a naive statistic
+            return vector_stat(idx, axis=-1)
+
+    res = stats.bootstrap((np.arange(len(values)),), statistic, confidence_level=confidence_level,
+                          n_resamples=n_resamples, method="BCa", random_state=random_state,
+                          vectorized=vectorized, batch=batch)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def weighted_mean_cis(values, weights, *, confidence_level=0.99, n_resamples=9999, random_state=42,
+                      batch=500):
+    """BCa intervals of Σw·v/Σw for many columns that share the same users, all at once.
+
+    values, weights: arrays of shape (n,) or (n, K) (K columns: models × metrics × weightings with the same user
+    set). Returns (mean, low, high), each of shape (K,) (or scalars for 1-D input).
+
+    Reproduces `weighted_mean_ci_scipy` (same generator `RandomState(random_state)`, same draws in the same order,
+    same percentile-of-score, acceleration and quantile rules) up to floating-point summation order (~1e-15).
+    Memory is O(batch × n + K × n_resamples), independent of how many columns are done together.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    scalar = v.ndim == 1
+    if scalar:
+        v, w = v[:, None], w[:, None]
+    n, K = v.shape
+    if w.shape != v.shape:
+        raise ValueError("values and weights must have the same shape")
+    if n < 2:
+        nan = np.full(K, np.nan)
+        mean = (w * v).sum(0) / w.sum(0)
+        return (mean[0], nan[0], nan[0]) if scalar else (mean, nan, nan)
+
+    wv = w * v
+    both = np.ascontiguousarray(np.concatenate([wv, w], axis=1))  # (n, 2K)
+    # scipy: check_random_state(int) is a legacy RandomState; rng_integers → randint(0, n, (B, n)) as int64.
+    # Bounded 32-bit draws are not buffered per call, so drawing batch by batch gives the same stream.
+    rs = random_state if isinstance(random_state, np.random.RandomState) else np.random.RandomState(random_state)
+    sums = np.empty((n_resamples, 2 * K))
+    offsets = None
+    for start in range(0, n_resamples, batch):
+        b = min(batch, n_resamples - start)
+        idx = rs.randint(0, n, (b, n), dtype=np.int64)
+        if offsets is None or len(offsets) != b:
+            offsets = (np.arange(b, dtype=np.int64) * n)[:, None]
+        counts = np.bincount((idx + offsets).ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
+        sums[start:start + b] = counts @ both
+    theta_b = (sums[:, :K] / sums[:, K:]).T  # (K, B)
+
+    # statistic on the original sample, one column at a time (1-D sums, like scipy's own call)
+    theta_hat = np.array([np.average(v[:, k], weights=w[:, k]) for k in range(K)])
+
+    # z0: percentile of theta_hat in the bootstrap distribution ('mean' kind)
+    th = theta_hat[:, None]
+    pct = (np.count_nonzero(theta_b < th, axis=-1) + np.count_nonzero(theta_b <= th, axis=-1)) / (2 * n_resamples)
+    z0 = ndtri(pct)
+
+    # acceleration from the closed-form jackknife: mean without user i = (Σwv − w_i v_i) / (Σw − w_i)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta_i = (wv.sum(0) - wv) / (w.sum(0) - w)  # (n, K)
+        U = (n - 1) * (theta_i.mean(0) - theta_i)
+        num = (U**3).sum(0) / n**3
+        den = (U**2).sum(0) / n**2
+        a_hat = 1 / 6 * num / den ** (3 / 2)
+
+        alpha = (1 - confidence_level) / 2
+        z_alpha = float(ndtri(alpha))
+        num1 = z0 + z_alpha
+        alpha_1 = ndtr(z0 + num1 / (1 - a_hat * num1))
+        num2 = z0 - z_alpha
+        alpha_2 = ndtr(z0 + num2 / (1 - a_hat * num2))
+    low = np.full(K, np.nan)
+    high = np.full(K, np.nan)
+    ok = np.isfinite(alpha_1) & np.isfinite(alpha_2)
+    if ok.any():
+        ci = stats.quantile(theta_b[ok], np.stack([alpha_1[ok], alpha_2[ok]], axis=-1), axis=-1)
+        low[ok], high[ok] = ci[:, 0], ci[:, 1]
+    # A degenerate column (every user has the same value) has no spread: the interval is the point itself.
+    flat = ~ok & (np.ptp(theta_b, axis=-1) == 0)
+    low[flat] = high[flat] = theta_hat[flat]
+    if scalar:
+        return theta_hat[0], low[0], high[0]
+    return theta_hat, low, high
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formatting
+
+
+def sigdig(mean: float, ci: float) -> str:
+    """Upstream's format: ± with 2 significant digits, the mean with the same number of decimals.
+
+    If rounding carries the interval to the next power of ten (0.00999 → 0.0100), one decimal fewer is used
+    for both (0.010). Intervals of 10 or more round to tens, hundreds, … and print as integers.
+    """
+    if not (math.isfinite(mean)):
+        return "nan"
+    if not math.isfinite(ci) or ci <= 0:
+        return f"{mean:.4f}" if math.isfinite(mean) else "nan"
+    exponent = math.floor(math.log10(ci))
+    decimals = 1 - exponent  # 2 significant digits
+    rounded = round(ci, decimals)
+    if rounded >= 10.0 ** (exponent + 1):  # the carry made it 3 digits long
+        decimals -= 1
+        rounded = round(ci, decimals)
+    shown_mean = round(mean, decimals)
+    if decimals > 0:
+        return f"{shown_mean:.{decimals}f}±{rounded:.{decimals}f}"
+    return f"{shown_mean:.0f}±{rounded:.0f}"
+
+
+def format_int(n: int) -> str:
+    return f"{n:,}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables
+
+
+@dataclass
+class Cell:
+    mean: float
+    ci: float  # half width
+    n: int  # users with a value
+
+    @property
+    def text(self) -> str:
+        return sigdig(self.mean, self.ci)
+
+
+def compute_table_cells(models: list[ModelResults], *, weighted: bool, n_resamples=9999, random_state=42,
+                        batch=500) -> dict[tuple[str, str], Cell]:
+    """Mean and CI for every (model, metric). Columns with the same valid-user set share one bootstrap pass."""
+    columns = []  # (model, metric, mask)
+    for m in models:
+        for key, _, _ in METRICS:
+            vals = m.metrics[key]
+            columns.append((m, key, np.isfinite(vals)))
+    groups: dict[bytes, list] = {}
+    for col in columns:
+        groups.setdefault(np.packbits(col[2]).tobytes() + bytes([len(col[2]) % 8]), []).append(col)
+    cells = {}
+    for cols in groups.values():
+        mask = cols[0][2]
+        if not mask.any():
+            for m, key, _ in cols:
+                cells[(m.name, key)] = Cell(math.nan, math.nan, 0)
+            continue
+        vals = np.stack([m.metrics[key][mask] for m, key, _ in cols], axis=1)
+        wts = np.stack([m.size[mask] if weighted else np.ones(mask.sum()) for m, _, _ in cols], axis=1)
+        mean, low, high = weighted_mean_cis(vals, wts, n_resamples=n_resamples, random_state=random_state,
+                                            batch=batch)
+        for j, (m, key, _) in enumerate(cols):
+            cells[(m.name, key)] = Cell(float(mean[j]), float((high[j] - low[j]) / 2), int(mask.sum()))
+    return cells
+
+
+def parameter_label(m: ModelResults) -> str:
+    if m.name in KNOWN_MODELS:
+        return str(KNOWN_MODELS[m.name][0])
+    return str(m.n_params) if m.n_params is not None else "?"
+
+
+def render_table(models: list[ModelResults], cells: dict[tuple[str, str], Cell]) -> str:
+    show_features = any(m.name in KNOWN_MODELS for m in models)
+    header = ["Model", "Parameters"] + [h for _, h, _ in METRICS] + (["Input features"] if show_features else [])
+    best = {}
+    for key, _, lower in METRICS:
+        vals = [cells[(m.name, key)].mean for m in models if math.isfinite(cells[(m.name, key)].mean)]
+        best[key] = (min(vals) if lower else max(vals)) if vals else None
+
+    def sort_key(m):
+        mean = cells[(m.name, "LogLoss")].mean
+        return (not math.isfinite(mean), mean if math.isfinite(mean) else 0.0, m.name)
+
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    for m in sorted(models, key=sort_key):
+        texts, any_best = [], False
+        for key, _, _ in METRICS:
+            cell = cells[(m.name, key)]
+            text = cell.text
+            if best[key] is not None and cell.mean == best[key]:
+                text, any_best = f"**{text}**", True
+            texts.append(text)
+        row = [f"**{m.name}**" if any_best else m.name, parameter_label(m)] + texts
+        if show_features:
+            row.append(KNOWN_MODELS.get(m.name, (None, ""))[1])
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def build_tables(models: list[ModelResults], info: dict, *, n_resamples=9999, random_state=42,
+                 scales=("reviews", "users")) -> str:
+    parts = [f"Total number of users: {format_int(info['users'])}.", "",
+             f"Total number of reviews for evaluation: {format_int(info['reviews'])}.", "",
+             "The tables show means and 99% confidence intervals (BCa bootstrap). The best result is in **bold**. "
+             "\"Parameters\" is the number of trainable parameters per user.", ""]
+    titles = {"reviews": "### Weighted by the number of reviews", "users": "### Unweighted"}
+    for scale in scales:
+        cells = compute_table_cells(models, weighted=(scale == "reviews"), n_resamples=n_resamples,
+                                    random_state=random_state)
+        parts += [titles[scale], "", render_table(models, cells), ""]
+    if any(m.name in KNOWN_MODELS for m in models):
+        parts.append("Input features: " + "; ".join(f"{k} = {v}" for k, v in FEATURE_LEGEND.items()) + ".")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def replace_between_markers(text: str, content: str, path: str = "README") -> str:
+    start = text.find(START_MARKER)
+    end = text.find(END_MARKER)
+    if start < 0 or end < 0 or end < start:
+        raise ValueError(f"{path}: needs the markers {START_MARKER} and {END_MARKER} (in this order) "
+                         "around the place where the tables go")
+    if text.count(START_MARKER) > 1 or text.count(END_MARKER) > 1:
+        raise ValueError(f"{path}: the table markers must appear once each")
+    return text[:start + len(START_MARKER)] + "\n" + content.rstrip("\n") + "\n" + text[end:]
+
+
+def rewrite_readme(path: Path, content: str) -> None:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    path.write_text(replace_between_markers(text, content, str(path)), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="README tables (means, 99%% BCa CIs), superiority, significance and "
+                                            "calibration plots from per-user result files.")
+    p.add_argument("--results", type=Path, default=REPO_ROOT / "result", help="folder of <model>.jsonl result files")
+    p.add_argument("--models", type=lambda s: [x.strip() for x in s.split(",") if x.strip()], default=None,
+                   help="comma-separated row names (file names without .jsonl); default: every file in --results")
+    p.add_argument("--readme", type=Path, default=None,
+                   help=f"rewrite the text between {START_MARKER} and {END_MARKER} in this file with the tables")
+    p.add_argument("--plots", type=Path, default=REPO_ROOT / "plots", help="folder for PNG plots")
+    p.add_argument("--scale", choices=["both", "reviews", "users"], default="both",
+                   help="which tables: weighted by reviews, unweighted (per user), or both")
+    p.add_argument("--superiority", action="store_true", help="also write plots/Superiority-<n>.png")
+    p.add_argument("--significance", action="store_true",
+                   help="also write plots/Wilcoxon-<n>-collections.png and plots/T-test-<n>-collections.png")
+    p.add_argument("--calibration", metavar="MODEL", default=None,
+                   help="calibration plot of raw/<MODEL>.jsonl (predicted-R bins vs measured recall); "
+                        "with this flag alone, no tables are computed")
+    p.add_argument("--user", type=int, default=None, help="with --calibration: one user instead of all pooled")
+    p.add_argument("--raw", type=Path, default=REPO_ROOT / "raw", help="folder of raw prediction files")
+    p.add_argument("--bins", type=int, default=20, help="with --calibration: number of equal-width bins")
+    p.add_argument("--n-resamples", type=int, default=9999, help="bootstrap resamples (upstream: 9999)")
+    p.add_argument("--seed", type=int, default=42, help="bootstrap random_state (upstream: 42)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.calibration:
+        import analysis
+
+        out = analysis.calibration_plot(args.raw / f"{args.calibration}.jsonl", args.plots, user=args.user,
+                                        bins=args.bins, name=args.calibration)
+        print(f"wrote {out}")
+        if not (args.superiority or args.significance or args.readme or args.models):
+            return 0
+
+    models = load_models(args.results, args.models)
+    models, info = common_users(models)
+    if info["users"] == 0:
+        print("error: no user is present in every compared result file", file=sys.stderr)
+        return 1
+    note = f"{len(models)} models, {format_int(info['users'])} users in common, " \
+           f"{format_int(info['reviews'])} reviews"
+    if info["excluded"]:
+        worst = ", ".join(f"{k}: {v}" for k, v in info["missing_per_model"].items() if v)
+        note += f"; {format_int(info['excluded'])} users excluded (missing from: {worst})"
+    if info["sizes_differ"]:
+        note += "; note: per-user sizes differ between models (each model is weighted by its own sizes)"
+    print(note, file=sys.stderr)
+
+    scales = ("reviews", "users") if args.scale == "both" else (args.scale,)
+    tables = build_tables(models, info, n_resamples=args.n_resamples, random_state=args.seed, scales=scales)
+    print(tables)
+    if args.readme:
+        try:
+            rewrite_readme(args.readme, tables)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"rewrote the tables in {args.readme}", file=sys.stderr)
+
+    if args.superiority or args.significance:
+        import analysis
+
+        names = [m.name for m in sorted(models, key=lambda m: np.mean(m.metrics["LogLoss"]))]
+        by_name = {m.name: m for m in models}
+        logloss = np.stack([by_name[n].metrics["LogLoss"] for n in names], axis=1)
+        keep = np.isfinite(logloss).all(axis=1)
+        logloss = logloss[keep]
+        if args.superiority:
+            out = analysis.superiority_plot(logloss, names, args.plots)
+            print(f"wrote {out}", file=sys.stderr)
+        if args.significance:
+            for out in analysis.significance_plots(logloss, names, args.plots):
+                print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

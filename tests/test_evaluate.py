@@ -1,0 +1,302 @@
+"""evaluate.py / analysis.py: table means and BCa intervals, formatting, superiority, significance, plots, CLI."""
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import analysis
+import evaluate
+
+
+def write_results(folder: Path, name: str, rows):
+    """rows: (user, size, logloss, rmse_bins, auc-or-None)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.jsonl", "w") as fh:
+        for user, size, ll, rb, auc in rows:
+            fh.write(json.dumps({"metrics": {"RMSE": 0.1, "LogLoss": ll, "RMSE(bins)": rb, "AUC": auc, "ICI": 0.01,
+                                             "MBE": 0.0}, "user": user, "size": size,
+                                 "parameters": {"0": [0.1, 0.2, 0.3]}, "time_ms": 1.0}) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# means and intervals
+
+
+def test_weighted_and_unweighted_means_are_exact(tmp_path):
+    write_results(tmp_path, "A", [(1, 1, 0.25, 0.125, 0.5), (2, 1, 0.5, 0.25, None), (3, 2, 0.75, 0.5, 0.75)])
+    models, info = evaluate.common_users(evaluate.load_models(tmp_path))
+    weighted = evaluate.compute_table_cells(models, weighted=True, n_resamples=199)
+    unweighted = evaluate.compute_table_cells(models, weighted=False, n_resamples=199)
+    assert weighted[("A", "LogLoss")].mean == (0.25 + 0.5 + 1.5) / 4 == 0.5625
+    assert unweighted[("A", "LogLoss")].mean == 0.5
+    assert weighted[("A", "RMSE(bins)")].mean == (0.125 + 0.25 + 1.0) / 4
+    # the AUC-null user is dropped from the AUC column only
+    assert weighted[("A", "AUC")].mean == (0.5 + 1.5) / 3
+    assert unweighted[("A", "AUC")].mean == 0.625
+    assert unweighted[("A", "AUC")].n == 2 and unweighted[("A", "LogLoss")].n == 3
+    assert info["users"] == 3 and info["reviews"] == 4
+
+
+@pytest.mark.parametrize("n, weighted, seed", [(30, True, 0), (57, False, 1), (80, True, 2)])
+def test_fast_bca_matches_scipys_own_non_vectorised_call(n, weighted, seed):
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.normal(0.35, 0.1, n), 6)
+    weights = np.round(rng.lognormal(6, 1.5, n)) if weighted else np.ones(n)
+    ids = np.arange(n)
+
+    def weighted_mean(idx):  # one resample at a time: scipy's slow, reference path
+        return np.average(values[idx], weights=weights[idx])
+
+    ref = stats.bootstrap((ids,), weighted_mean, confidence_level=0.99, method="BCa", random_state=42,
+                          vectorized=False)
+    mean, low, high = evaluate.weighted_mean_cis(values, weights, batch=777)  # batches that do not divide 9999
+    assert low == pytest.approx(ref.confidence_interval.low, abs=1e-12)
+    assert high == pytest.approx(ref.confidence_interval.high, abs=1e-12)
+    assert mean == pytest.approx(np.average(values, weights=weights), abs=1e-15)
+
+
+def test_many_columns_at_once_equal_one_at_a_time():
+    rng = np.random.default_rng(5)
+    n = 200
+    vals = rng.normal(0.4, 0.1, (n, 3))
+    wts = np.column_stack([rng.lognormal(5, 1, n), np.ones(n), rng.lognormal(5, 1, n)])
+    mean, low, high = evaluate.weighted_mean_cis(vals, wts, n_resamples=2000, batch=300)
+    for k in range(3):
+        lo, hi = evaluate.weighted_mean_ci_scipy(vals[:, k], wts[:, k], n_resamples=2000)
+        assert (low[k], high[k]) == pytest.approx((lo, hi), abs=1e-12)
+
+
+def test_degenerate_column_has_zero_width():
+    mean, low, high = evaluate.weighted_mean_cis(np.full(20, 0.5), np.ones(20), n_resamples=99)
+    assert mean == low == high == 0.5
+    assert evaluate.sigdig(0.5, 0.0) == "0.5000"
+
+
+@pytest.mark.parametrize("mean, ci, text", [
+    (0.33321, 0.00412, "0.3332±0.0041"),
+    (0.3771, 0.00999, "0.377±0.010"),  # 0.0100 would be 3 significant digits: one decimal fewer
+    (0.3771, 0.00995, "0.377±0.010"),  # round-half bump too
+    (0.3771, 0.00994, "0.3771±0.0099"),
+    (0.0538, 0.00096, "0.05380±0.00096"),
+    (4.6081, 0.0671, "4.608±0.067"),
+    (4.5, 0.13, "4.50±0.13"),
+    (0.312, 0.0078, "0.3120±0.0078"),
+    (0.5, 0.0999, "0.50±0.10"),
+    (12.34, 1.26, "12.3±1.3"),
+    (123.4, 9.96, "123±10"),
+    (123.4, 13.4, "123±13"),
+    (1234.5, 134.0, "1230±130"),
+])
+def test_sigdig(mean, ci, text):
+    assert evaluate.sigdig(mean, ci) == text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tables, files, CLI
+
+
+def three_models(folder: Path):
+    # B misses user 4; C has an AUC null for user 2
+    write_results(folder, "A", [(1, 10, 0.30, 0.05, 0.7), (2, 20, 0.35, 0.06, 0.6), (3, 30, 0.40, 0.07, 0.65),
+                                (4, 40, 0.45, 0.08, 0.7)])
+    write_results(folder, "B", [(1, 10, 0.31, 0.04, 0.72), (2, 20, 0.30, 0.05, 0.61), (3, 30, 0.42, 0.06, 0.66)])
+    write_results(folder, "FSRS-6", [(1, 10, 0.50, 0.09, 0.5), (2, 20, 0.55, 0.10, None), (3, 30, 0.60, 0.11, 0.55),
+                                     (4, 40, 0.62, 0.12, 0.5)])
+
+
+def test_missing_users_are_excluded_and_reported(tmp_path, capsys):
+    three_models(tmp_path / "result")
+    assert evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99"]) == 0
+    out, err = capsys.readouterr()
+    assert "3 users in common" in err and "1 users excluded" in err and "B: 1" in err
+    assert "Total number of users: 3." in out
+    assert "Total number of reviews for evaluation: 60." in out
+    models, info = evaluate.common_users(evaluate.load_models(tmp_path / "result"))
+    assert info["excluded"] == 1 and all(list(m.users) == [1, 2, 3] for m in models)
+
+
+def test_table_rows_sorted_by_logloss_with_best_in_bold(tmp_path, capsys):
+    three_models(tmp_path / "result")
+    evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--scale", "users"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    names = [r.split("|")[1].strip().strip("*") for r in rows]
+    assert names == ["B", "A", "FSRS-6"]  # mean LogLoss 0.343 < 0.35 < 0.55
+    b, a, fsrs = rows
+    assert b.split("|")[3].strip().startswith("**") and b.split("|")[4].strip().startswith("**")  # LogLoss, RMSE(bins)
+    assert b.split("|")[5].strip().startswith("**")  # best AUC (0.663 vs 0.65)
+    assert "**" not in a
+    assert fsrs.split("|")[2].strip() == "21" and fsrs.split("|")[6].strip() == "IL, G, SR"
+    assert a.split("|")[2].strip() == "3"  # unknown name: length of the parameters list
+
+
+def test_bad_lines_are_skipped_with_a_warning(tmp_path):
+    write_results(tmp_path, "A", [(1, 10, 0.3, 0.05, 0.7), (2, 20, 0.35, 0.06, 0.6)])
+    with open(tmp_path / "A.jsonl", "a") as fh:
+        fh.write("\n{\"metrics\": {\"LogLoss\": 0.4")  # blank line, then a torn last line
+    with pytest.warns(UserWarning) as record:
+        res = evaluate.read_result_file(tmp_path / "A.jsonl")
+    messages = [str(w.message) for w in record]
+    assert any("A.jsonl:3" in m and "blank" in m for m in messages)
+    assert any("A.jsonl:4" in m and "unreadable" in m for m in messages)
+    assert list(res.users) == [1, 2]
+
+
+def test_readme_rewrite_between_markers(tmp_path):
+    three_models(tmp_path / "result")
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n\nintro\n<!-- tables:start -->\nold table\n<!-- tables:end -->\n\nafter\n")
+    assert evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99",
+                          "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old table" not in text
+    assert text.startswith("# Title\n\nintro\n<!-- tables:start -->\nTotal number of users: 3.")
+    assert text.endswith("<!-- tables:end -->\n\nafter\n")
+    assert "### Weighted by the number of reviews" in text and "### Unweighted" in text
+    again = text
+    evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--readme", str(readme)])
+    assert readme.read_text() == again  # idempotent
+
+
+def test_readme_without_markers_fails_clearly(tmp_path, capsys):
+    three_models(tmp_path / "result")
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers here\n")
+    assert evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99",
+                          "--readme", str(readme)]) == 2
+    assert "tables:start" in capsys.readouterr().err
+    assert readme.read_text() == "# no markers here\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# superiority
+
+
+def test_superiority_pairs_add_to_exactly_100():
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n = int(rng.integers(1, 400))
+        m = int(rng.integers(2, 7))
+        if trial % 2:
+            x = rng.integers(0, 4, (n, m)) / 4.0  # many ties
+        else:
+            x = rng.random((n, m))
+        raw, rounded = analysis.superiority(x)
+        tenths = np.rint(rounded * 10)
+        for a in range(m):
+            for b in range(a + 1, m):
+                assert tenths[a, b] + tenths[b, a] == 1000
+                assert rounded[a, b] + rounded[b, a] == 100.0
+                assert rounded[a, b] * 10 == tenths[a, b]  # one decimal
+                if raw[a, b] + raw[b, a] == 100.0:  # no ties: each cell is a floor or ceil of the raw share
+                    assert abs(rounded[a, b] - raw[a, b]) < 0.1
+
+
+def test_superiority_ties_count_for_the_row_model():
+    x = np.array([[0.1, 0.1], [0.2, 0.3], [0.5, 0.4]])  # user 0 ties
+    wins = analysis.win_counts(x)
+    assert wins[0, 1] == 2 and wins[1, 0] == 2  # the tie is a win for whichever model is the row
+    same = np.column_stack([np.arange(10.0), np.arange(10.0)])
+    raw, rounded = analysis.superiority(same)
+    assert raw[0, 1] == raw[1, 0] == 100.0
+    assert rounded[0, 1] + rounded[1, 0] == 100.0
+
+
+def test_superiority_least_error_rounding():
+    # 1 of 8 users: 12.5% / 87.5% are exact in tenths
+    assert analysis._round_pair(1, 7, 8) == (125, 875)
+    # 1 of 3: 33.333…% / 66.666…% → 33.3 / 66.7
+    assert analysis._round_pair(1, 2, 3) == (333, 667)
+    # 1 of 16 = 6.25% / 93.75%: equal error either way; the even last digit wins → 6.2 / 93.8
+    assert analysis._round_pair(1, 15, 16) == (62, 938)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# significance
+
+
+def test_wilcoxon_r_by_hand():
+    d = np.array([1, -2, 3, 4, -0.5, 6, 0, 7]) / 8
+    y = np.ones(8)
+    x = y + d
+    res = analysis.wilcoxon_pair(x, y)
+    # non-zero |d| ranks: 0.5→1, 1→2, 2→3, 3→4, 4→5, 6→6, 7→7; R− = 1 + 3 = 4 = W, n = 7
+    n = 7
+    z = (4 - n * (n + 1) / 4) / math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    assert res.effect == pytest.approx(abs(z) / math.sqrt(n), abs=1e-12)
+    assert res.effect == pytest.approx(10 / math.sqrt(245), abs=1e-12)
+    assert res.worse  # median non-zero difference 3/8 > 0
+    assert res.p == pytest.approx(stats.wilcoxon(x, y, zero_method="wilcox", correction=False).pvalue)
+    assert not analysis.wilcoxon_pair(y, x).worse
+
+
+def test_cohens_d_by_hand():
+    x = np.array([1.0, 2, 3, 4])
+    y = np.array([2.0, 2, 5, 3])
+    res = analysis.ttest_pair(x, y)
+    assert res.effect == pytest.approx(0.5 / math.sqrt((5 / 3 + 2) / 2), abs=1e-12)
+    assert not res.worse  # mean x < mean y: row model better
+    assert res.p == pytest.approx(stats.ttest_rel(x, y).pvalue)
+
+
+def test_colour_classes():
+    p = np.array([[np.nan, 0.001, 0.5], [0.001, np.nan, 0.001], [0.5, 0.001, np.nan]])
+    eff = np.array([[np.nan, 0.6, 0.9], [0.6, np.nan, 0.2], [0.9, 0.2, np.nan]])
+    worse = np.array([[False, False, True], [True, False, True], [False, False, False]])
+    cls = analysis.color_classes(p, eff, worse)
+    assert cls[0, 1] == 3 and cls[1, 0] == 6  # large green / large red
+    assert cls[0, 2] == 0 and cls[2, 0] == 0  # p > 0.01: grey whatever the effect
+    assert cls[1, 2] == 4 and cls[2, 1] == 1  # r = 0.2 is small
+    assert (np.diag(cls) == 7).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# plots
+
+
+def test_plots_are_written(tmp_path):
+    rng = np.random.default_rng(3)
+    names = ["FSRS-6", "AVG", "SM2", "HLR"]
+    x = np.clip(rng.normal(0.35, 0.1, (300, 1)) + np.array([0, 0.02, 0.1, 0.05]) +
+                0.03 * rng.standard_normal((300, 4)), 0.01, None)
+    out = [analysis.superiority_plot(x, names, tmp_path)] + analysis.significance_plots(x, names, tmp_path)
+    assert [p.name for p in out] == ["Superiority-300.png", "Wilcoxon-300-collections.png",
+                                     "T-test-300-collections.png"]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    with open(raw / "FSRS-6.jsonl", "w") as fh:
+        for user in (1, 2):
+            p = rng.uniform(0.3, 1, 500)
+            fh.write(json.dumps({"user": user, "p": np.round(p, 4).tolist(),
+                                 "y": (rng.random(500) < p).astype(int).tolist()}) + "\n")
+    assert evaluate.main(["--calibration", "FSRS-6", "--raw", str(raw), "--plots", str(tmp_path)]) == 0
+    assert evaluate.main(["--calibration", "FSRS-6", "--user", "2", "--raw", str(raw),
+                          "--plots", str(tmp_path)]) == 0
+    out += [tmp_path / "calibration-FSRS-6.png", tmp_path / "calibration-FSRS-6-user-2.png"]
+    for path in out:
+        assert path.exists() and path.stat().st_size > 10_000
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_writes_superiority_and_significance(tmp_path):
+    three_models(tmp_path / "result")
+    assert evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--scale", "users",
+                          "--superiority", "--significance", "--plots", str(tmp_path / "plots")]) == 0
+    names = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert names == ["Superiority-3.png", "T-test-3-collections.png", "Wilcoxon-3-collections.png"]
+
+
+def test_calibration_bins_by_hand():
+    p = np.array([0.05, 0.07, 0.55, 0.95, 0.97])
+    y = np.array([0, 0, 1, 1, 0])
+    cal = analysis.calibration_bins(p, y, bins=10)
+    assert list(cal["count"]) == [2, 1, 2]
+    # bin errors: 0 − 0.06, 1 − 0.55, 0.5 − 0.96
+    errs = np.array([-0.06, 0.45, -0.46])
+    assert cal["mae"] == pytest.approx((2 * 0.06 + 0.45 + 2 * 0.46) / 5)
+    assert cal["rmse"] == pytest.approx(math.sqrt(np.sum(np.array([2, 1, 2]) * errs**2) / 5))
