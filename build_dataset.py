@@ -22,7 +22,8 @@ The rules follow the dataset's own conversion (spec/pipeline.md section 1.3):
 3. per card, keep the history from the last "learn start" onward (a learning entry (type 0) whose previous entry is
    not a learning entry, or the card's first entry) and drop cards whose remaining history does not begin with a
    learning entry (incomplete history);
-4. state = type + 1 (1 learning, 2 review, 3 relearning, 4 filtered-deck review), except the learn-start row: 0;
+4. state = type + 1 (1 learning, 2 review, 3 relearning, 4 filtered-deck review), except the learn-start row: 0.
+   State 4 is rare (Anki 2.0 cram reviews, v2 early reviews in filtered decks) but the published dataset has it too;
 5. day_offset: the review's day under the collection's own day boundary, counted like Anki's backend does it
    (whole days relative to the next rollover after the last review, truncated towards zero), minus the user's
    minimum. The boundary ("next day starts at"):
@@ -39,7 +40,9 @@ The rules follow the dataset's own conversion (spec/pipeline.md section 1.3):
    the cards that have no kept review in card-creation (raw id) order; note ids in order of first appearance in the
    cards table; deck ids in order of first appearance in the cards table, then decks without cards in raw-id order;
    preset ids in order of first appearance in the decks table. -1 where there is none (filtered decks have no preset,
-   top-level decks no parent);
+   top-level decks no parent). A card's deck is its current deck (`cards.did`; a card sitting in a filtered deck is
+   listed there), as in the published dataset. Reviews of cards deleted since are kept in `revlogs` (the published
+   dataset keeps them too); they have no `cards` row, so deck/preset partitions give them -1;
 9. rows are sorted by review time (revlog id), so a collection whose revlog rows are stored in any order converts
    identically.
 

@@ -344,3 +344,15 @@ def test_no_text_in_output(tmp_path, converted):
     assert words
     blob = b"".join(_files(tmp_path).values())
     assert not [w for w in words[:50] if w.encode() in blob]
+
+
+def test_embedded_data_is_reproducible(tmp_path, converted):
+    """data/embedded holds exactly what build_dataset.py makes of the four fixtures (users 1..4 in README order)."""
+    root = Path(__file__).resolve().parents[1] / "data" / "embedded"
+    if not (root / "revlogs").is_dir():
+        pytest.skip("data/embedded not built")
+    for uid, path in enumerate(ALL, start=1):
+        for table, df in zip(("revlogs", "cards", "decks"), converted[path.name][:3]):
+            stored = pd.read_parquet(root / table / f"user_id={uid}" / "data.parquet")
+            pd.testing.assert_frame_equal(stored, df, obj=f"{table} user {uid}")
+    assert (root / "README.md").exists() and len(list(root.glob("LICENSE-*.txt"))) == 2
