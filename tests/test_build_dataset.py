@@ -356,3 +356,15 @@ def test_embedded_data_is_reproducible(tmp_path, converted):
             stored = pd.read_parquet(root / table / f"user_id={uid}" / "data.parquet")
             pd.testing.assert_frame_equal(stored, df, obj=f"{table} user {uid}")
     assert (root / "README.md").exists() and len(list(root.glob("LICENSE-*.txt"))) == 2
+
+
+def test_v1_collection_with_four_learning_buttons_is_not_remapped(tmp_path):
+    """Evidence against 3 buttons (a (re)learning entry with ease 4) wins over the v1 scheduler setting."""
+    p = tmp_path / "v1-with-ease4.anki2"
+    shutil.copyfile(KANJI, p)
+    with sqlite3.connect(p) as conn:
+        conn.execute("UPDATE revlog SET ease = 4 WHERE id = (SELECT MIN(id) FROM revlog WHERE type = 0 AND ease = 3)")
+    revlogs, _, _, notes = bd.convert_collection(p)
+    assert not any("3-button" in n for n in notes)
+    assert any("ratings kept as stored" in n for n in notes)
+    assert (revlogs["rating"] == 2).sum() > 1000  # learning "Good" (stored as 2) is no longer moved to 3
