@@ -1,0 +1,188 @@
+"""The shared minibatch trainer of gradient-trained models, as srs-benchmark runs it (spec models.md §0.4,
+pipeline.md §6.1).
+
+What it reproduces, rule by rule:
+- training rows whose history is longer than `max_seq_len` are dropped (none left: InadequateData);
+- the rest are stably sorted by history length and cut into consecutive batches of `batch_size`, each padded with
+  zeros to its own longest history;
+- the ORDER of the batches is shuffled every epoch by `torch.randperm` on one generator seeded 2023 for the run;
+  the global torch seed is 42;
+- Adam(lr 4e-2, betas (0.9, 0.999)), CosineAnnealingLR with T_max = batches·epochs, stepped every batch;
+- batch loss = Σ weight·BCE(p, y) (a sum; torch's BCE clamps its logs at −100) + penalty·B/N, where B is the
+  batch's real size and N the number of training rows kept; the model's clipper runs after every step;
+- before every epoch and after the last one the whole training set is evaluated (mean weighted BCE + penalty/N)
+  and the weights with the lowest value are kept; the initial weights are candidates.
+
+A model plugs in through `TrainableModule` (a torch module with `forward_batch`, optional `penalty` and `clip_`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.base import InadequateData, ReviewData
+
+SHUFFLE_SEED = 2023
+TORCH_SEED = 42
+
+
+@dataclass
+class Batch:
+    """One minibatch. Histories are time-major like upstream: t[k, b] / g[k, b] is review k of row b's history."""
+
+    t: Tensor  # [L, B] float: interval before each history review (0 for the first, 0 for padding)
+    g: Tensor  # [L, B] float: rating of each history review (0 for padding)
+    lengths: Tensor  # [B] long: real history length (>= 1)
+    delta_t: Tensor  # [B] float: the target's elapsed time
+    y: Tensor  # [B] float 0/1
+    weight: Tensor  # [B] float
+    rows: np.ndarray  # [B] positions of these targets in the ReviewData given to the trainer (extra features)
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+
+class TrainableModule(nn.Module):
+    """What the trainer needs from a model. Subclasses implement `forward_batch`; the rest is optional."""
+
+    def forward_batch(self, batch: Batch) -> Tensor:
+        """P(recall) of every target in the batch, shape [B]."""
+        raise NotImplementedError
+
+    def penalty(self) -> Tensor | None:
+        """Regulariser over the whole training set (the trainer scales it by B/N per batch and by 1/N in eval)."""
+        return None
+
+    def clip_(self) -> None:
+        """Project the parameters back into their allowed box (called after every optimizer step)."""
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=lr, betas=(0.9, 0.999))
+
+
+@dataclass
+class TrainResult:
+    best_loss: float
+    best_epoch: int  # 0 = initial weights, k = after k epochs
+    eval_losses: list[float] = field(default_factory=list)  # before epoch 1, ..., after the last epoch
+    n_rows: int = 0  # training rows kept (N)
+    n_batches: int = 0
+
+
+def recency_weights(n: int) -> np.ndarray:
+    """0.25 + 0.75·x³ with x = linspace(0, 1, n): the oldest row weighs 0.25, the newest 1."""
+    x = np.linspace(0, 1, n)
+    return 0.25 + 0.75 * np.power(x, 3)
+
+
+def pad_histories(seq_delta_t: np.ndarray, seq_rating: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                  width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """[n, width] arrays of the histories seq[start : start+length], zero-padded at the end (vectorised gather)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if width is None:
+        width = int(lengths.max()) if len(lengths) else 0
+    cols = np.arange(width, dtype=np.int64)
+    mask = cols[None, :] < lengths[:, None]
+    idx = np.where(mask, starts[:, None] + cols[None, :], 0)
+    if len(seq_delta_t) == 0:
+        return np.zeros((len(starts), width)), np.zeros((len(starts), width))
+    t = np.where(mask, seq_delta_t[idx], 0.0)
+    g = np.where(mask, seq_rating[idx].astype(np.float64), 0.0)
+    return t, g
+
+
+def make_batches(data: ReviewData, weights: np.ndarray, batch_size: int, max_seq_len: int,
+                 dtype: torch.dtype = torch.float32) -> list[Batch]:
+    """Upstream's BatchDataset: drop rows with history > max_seq_len, stable-sort by length, cut, pad per batch."""
+    rows = data.rows
+    lengths = rows["seq_pos"].to_numpy(np.int64)
+    keep = np.flatnonzero(lengths <= max_seq_len)
+    if len(keep) == 0:
+        raise InadequateData("every training row's history is longer than max_seq_len")
+    order = keep[np.argsort(lengths[keep], kind="stable")]
+    starts = rows["seq_start"].to_numpy(np.int64)
+    delta_t = rows["delta_t"].to_numpy(np.float64)
+    y = rows["y"].to_numpy(np.float64)
+    batch_size = max(1, int(batch_size))
+    batches = []
+    for lo in range(0, len(order), batch_size):
+        sel = order[lo:lo + batch_size]
+        t, g = pad_histories(data.seq_delta_t, data.seq_rating, starts[sel], lengths[sel])
+        batches.append(Batch(
+            t=torch.as_tensor(t.T.copy(), dtype=dtype),
+            g=torch.as_tensor(g.T.copy(), dtype=dtype),
+            lengths=torch.as_tensor(lengths[sel]),
+            delta_t=torch.as_tensor(delta_t[sel], dtype=dtype),
+            y=torch.as_tensor(y[sel], dtype=dtype),
+            weight=torch.as_tensor(weights[sel], dtype=dtype),
+            rows=sel,
+        ))
+    return batches
+
+
+def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
+    """Mean weighted BCE over all kept training rows + penalty/N (no gradient)."""
+    module.eval()
+    with torch.no_grad():
+        losses = [F.binary_cross_entropy(module.forward_batch(b), b.y, reduction="none") * b.weight for b in batches]
+        loss = torch.cat(losses).mean()
+        penalty = module.penalty()
+        if penalty is not None:
+            loss = loss + penalty / n
+    return float(loss)
+
+
+def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2,
+          dtype: torch.dtype = torch.float32) -> TrainResult:
+    """Train `module` in place on `data` (rows in time order); on return it holds the best-epoch weights."""
+    if len(data) == 0:
+        raise InadequateData("no training rows")
+    weights = recency_weights(len(data)) if getattr(cfg, "recency", False) else np.ones(len(data))
+    batches = make_batches(data, weights, cfg.batch_size, cfg.max_seq_len, dtype)
+    n = sum(len(b) for b in batches)
+    n_epoch = int(cfg.n_epoch)
+
+    torch.manual_seed(TORCH_SEED)
+    generator = torch.Generator().manual_seed(SHUFFLE_SEED)
+    optimizer = module.make_optimizer(lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, len(batches) * n_epoch))
+
+    result = TrainResult(best_loss=np.inf, best_epoch=0, n_rows=n, n_batches=len(batches))
+    best_state = None
+
+    def checkpoint(epoch: int):
+        nonlocal best_state
+        loss = _eval_loss(module, batches, n)
+        result.eval_losses.append(loss)
+        if loss < result.best_loss:
+            result.best_loss, result.best_epoch = loss, epoch
+            best_state = copy.deepcopy(module.state_dict())
+
+    for epoch in range(n_epoch):
+        checkpoint(epoch)
+        module.train()
+        for k in torch.randperm(len(batches), generator=generator).tolist():
+            batch = batches[k]
+            optimizer.zero_grad()
+            p = module.forward_batch(batch)
+            loss = (F.binary_cross_entropy(p, batch.y, reduction="none") * batch.weight).sum()
+            penalty = module.penalty()
+            if penalty is not None:
+                loss = loss + penalty * len(batch) / n
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            with torch.no_grad():
+                module.clip_()
+    checkpoint(n_epoch)
+    if best_state is None:  # every evaluation was NaN
+        raise InadequateData("training diverged (no finite evaluation loss)")
+    module.load_state_dict(best_state)
+    return result
