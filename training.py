@@ -11,7 +11,9 @@ What it reproduces, rule by rule:
 - batch loss = Σ weight·BCE(p, y) (a sum; torch's BCE clamps its logs at −100) + penalty·B/N, where B is the
   batch's real size and N the number of training rows kept; the model's clipper runs after every step;
 - before every epoch and after the last one the whole training set is evaluated (mean weighted BCE + penalty/N)
-  and the weights with the lowest value are kept; the initial weights are candidates.
+  and the weights with the lowest value are kept; the initial weights are candidates;
+- with `recency`, row weights 0.25 + 0.75·x³, x = linspace(0, 1, n) over ALL training rows in time order, assigned
+  before the long rows are dropped (upstream sets the column on the training frame before BatchDataset filters).
 
 A model plugs in through `TrainableModule` (a torch module with `forward_batch`, optional `penalty` and `clip_`).
 """

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 import training
-from models.base import InadequateData, Model, ReviewData
+from models.base import Model, ReviewData
 from models.fsrs_init import initialize_s0
 
 DEFAULT_W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614,
@@ -53,23 +53,53 @@ def first_state(w: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
     return s.clamp(S_MIN, S_MAX), d
 
 
+def _grade_terms(w: Tensor, t: Tensor, g: Tensor) -> dict:
+    """Everything in a later review's update that depends on (t, G) and the weights but not on the state.
+    Computed once for all steps of a batch ([L, B]), so the per-step graph stays small."""
+    return {
+        "short": t < 1,
+        "recall": g > 1,
+        "floor": g >= 3,  # published run: the same-day growth is floored at 1 only for Good/Easy
+        # e^{w8}·h·b with the Hard penalty h and the Easy bonus b
+        "inc": torch.exp(w[8]) * torch.where(g == 2, w[15], 1.0) * torch.where(g == 4, w[16], 1.0),
+        "sinc_g": torch.exp(w[17] * (g - 3 + w[18])),  # grade part of the short-term factor
+        "dd": -w[6] * (g - 3),  # ΔD before damping
+    }
+
+
+def _advance(w: Tensor, k, terms: dict, t: Tensor, s: Tensor, d: Tensor, c: dict):
+    """One later review (row k of `terms`) from the previous state (s, d); `c` holds weight-only constants."""
+    r = (1 + c["F"] * t / s).pow(c["-d"])
+    # Difficulty: linear damping towards 10, then mean reversion to D0(Easy).
+    d_new = d + terms["dd"][k] * (10 - d) / 9
+    d_new = (c["w7_d0_easy"] + c["1-w7"] * d_new).clamp(1, 10)
+    # Stability, from the OLD difficulty d.
+    s_recall = s * (1 + terms["inc"][k] * (11 - d) * s.pow(c["-w9"]) * (torch.exp(w[10] * (1 - r)) - 1))
+    s_forget = w[11] * d.pow(c["-w12"]) * ((s + 1).pow(w[13]) - 1) * torch.exp(w[14] * (1 - r))
+    s_forget = torch.minimum(s_forget, s / c["lapse_cap"])
+    sinc = terms["sinc_g"][k] * s.pow(c["-w19"])
+    s_short = s * torch.where(terms["floor"][k], sinc.clamp(min=1), sinc)
+    s_new = torch.where(terms["short"][k], s_short, torch.where(terms["recall"][k], s_recall, s_forget))
+    return s_new.clamp(S_MIN, S_MAX), d_new
+
+
+def _constants(w: Tensor) -> dict:
+    """Weight-only terms of the update, computed once per sequence batch."""
+    return {
+        "F": 0.9 ** (-1.0 / w[20]) - 1.0,  # forgetting-curve factor, R = (1 + F·t/S)^(−w20)
+        "-d": -w[20],
+        "-w9": -w[9],
+        "-w12": -w[12],
+        "-w19": -w[19],
+        "w7_d0_easy": w[7] * (w[4] - torch.exp(w[5] * 3) + 1),  # mean reversion target D0(Easy), weighted
+        "1-w7": 1 - w[7],
+        "lapse_cap": torch.exp(w[17] * w[18]),  # post-lapse S is at most S / e^{w17·w18}
+    }
+
+
 def next_state(w: Tensor, t: Tensor, g: Tensor, s: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
     """State after a later review (elapsed t, grade g) from the previous state (s, d); all shape [B]."""
-    r = forgetting_curve(t, s, w[20])
-    # Difficulty: linear damping towards 10, then mean reversion to D0(Easy).
-    d_new = d - w[6] * (g - 3) * (10 - d) / 9
-    d_new = w[7] * (w[4] - torch.exp(w[5] * 3) + 1) + (1 - w[7]) * d_new  # D0(4)
-    d_new = d_new.clamp(1, 10)
-    # Stability, from the OLD difficulty d.
-    hard = torch.where(g == 2, w[15], 1.0)
-    easy = torch.where(g == 4, w[16], 1.0)
-    s_recall = s * (1 + torch.exp(w[8]) * (11 - d) * s.pow(-w[9]) * (torch.exp(w[10] * (1 - r)) - 1) * hard * easy)
-    s_forget = w[11] * d.pow(-w[12]) * ((s + 1).pow(w[13]) - 1) * torch.exp(w[14] * (1 - r))
-    s_forget = torch.minimum(s_forget, s / torch.exp(w[17] * w[18]))
-    sinc = torch.exp(w[17] * (g - 3 + w[18])) * s.pow(-w[19])
-    s_short = s * torch.where(g >= 3, sinc.clamp(min=1), sinc)  # published run: floor only for Good/Easy
-    s_new = torch.where(t < 1, s_short, torch.where(g > 1, s_recall, s_forget))
-    return s_new.clamp(S_MIN, S_MAX), d_new
+    return _advance(w, slice(None), _grade_terms(w, t, g), t, s, d, _constants(w))
 
 
 def stability_sequence(w: Tensor, t: Tensor, g: Tensor) -> Tensor:
@@ -78,9 +108,12 @@ def stability_sequence(w: Tensor, t: Tensor, g: Tensor) -> Tensor:
     Column b's entries past its real length are padding: computed, never read."""
     s, d = first_state(w, g[0])
     out = [s]
-    for k in range(1, t.shape[0]):
-        s, d = next_state(w, t[k], g[k], s, d)
-        out.append(s)
+    if t.shape[0] > 1:
+        terms = _grade_terms(w, t, g)
+        c = _constants(w)
+        for k in range(1, t.shape[0]):
+            s, d = _advance(w, k, terms, t[k], s, d, c)
+            out.append(s)
     return torch.stack(out)
 
 

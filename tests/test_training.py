@@ -154,8 +154,6 @@ def test_reproducible_and_lowers_objective(sim_data):
 
 
 def test_clipping_holds_after_every_step(sim_data):
-    net = FSRS6Net(W)
-
     class Checked(FSRS6Net):
         def forward_batch(self, batch):
             w = self.w.detach().numpy()
