@@ -457,7 +457,7 @@ def rewrite_readme(path: Path, content: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="README tables (means, 99%% BCa CIs), superiority, significance and "
+    p = argparse.ArgumentParser(description="README tables (means, 99% BCa CIs), superiority, significance and "
                                             "calibration plots from per-user result files.")
     p.add_argument("--results", type=Path, default=REPO_ROOT / "result", help="folder of <model>.jsonl result files")
     p.add_argument("--models", type=lambda s: [x.strip() for x in s.split(",") if x.strip()], default=None,
