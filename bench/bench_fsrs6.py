@@ -51,6 +51,14 @@ TRAINERS = ["fast", "fast-lbfgs", "rust", "upstream", "optimizer"]
 
 
 def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM; unlike ru_maxrss it is not inherited from the parent across exec)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

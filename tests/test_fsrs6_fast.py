@@ -175,10 +175,12 @@ def test_clamped_cases_really_clamp():
         for j, v in CLAMPED[case].items():
             w[j] = v
         cards = ff._Cards(data)
-        S, D = np.empty(cards.max_n), np.empty(cards.max_n)
+        buf = np.empty((5, cards.max_n))
+        S, D = buf[0], buf[1]
         for ci in range(len(cards.c_start)):
             n = int(cards.c_n[ci])
-            ff._forward_card(w, cards.seq_dt, cards.seq_g, cards.c_start[ci], n, S, D, 3)
+            ff._forward_card(w, ff._consts(w), cards.seq_dt, cards.seq_g, cards.c_start[ci], n, S, D, buf[2], buf[3],
+                             buf[4], 3)
             seen |= {"s_min"} if (S[:n] == ff.S_MIN).any() else set()
             seen |= {"s_max"} if (S[:n] == ff.S_MAX).any() else set()
             seen |= {"d_min"} if (D[:n] == 1.0).any() else set()
@@ -239,6 +241,9 @@ def test_fit_is_reproducible(user_data):
     np.testing.assert_array_equal(a, b)
     c = ff.fit(ff.DEFAULT_W, ff.SIGMA, user_data, Cfg(), seed=7)
     assert not np.array_equal(a, c)
+    d = ff.fit(ff.DEFAULT_W, ff.SIGMA, user_data, Cfg(), check_every_epoch=True)
+    obj = [ff.loss_and_grad(x, ff.DEFAULT_W, ff.SIGMA, user_data, max_seq_len=64)[0] for x in (a, d)]
+    assert obj[1] <= obj[0] + 1e-9 * abs(obj[0])  # more checkpoints can only find an equal or lower objective
 
 
 def test_fit_zero_epochs_and_no_rows(user_data):
