@@ -13,6 +13,8 @@ Everything runs in float32, as upstream's PyTorch model does (and as the peers a
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -142,7 +144,7 @@ class FSRS6Net(training.TrainableModule):
 
 def _fast_fit():
     try:
-        from models import fsrs6_fast
+        fsrs6_fast = importlib.import_module("models.fsrs6_fast")
     except ImportError as exc:
         raise RuntimeError("--trainer fast needs models/fsrs6_fast.py (fit(w_init, sigma, train, cfg)), "
                            f"which could not be imported: {exc}") from exc

@@ -373,3 +373,21 @@ def test_fast_trainer_missing_is_a_clear_error(monkeypatch):
     cards, times = simulate(50, seed=2, max_reviews=4)
     with pytest.raises(RuntimeError, match="fsrs6_fast"):
         FSRS6(RunConfig(trainer="fast")).fit(make_data(cards, times))
+
+
+def test_fast_trainer_is_called_with_post_s0_weights_and_sigma(monkeypatch):
+    import sys
+    import types
+
+    from models.fsrs6 import SIGMA
+
+    calls = []
+    fake = types.ModuleType("models.fsrs6_fast")
+    fake.fit = lambda w_init, sigma, train, cfg: calls.append((list(w_init), list(sigma), len(train))) or np.full(21, 0.5)
+    monkeypatch.setitem(sys.modules, "models.fsrs6_fast", fake)
+    cards, times = simulate(50, seed=2, max_reviews=4)
+    data = make_data(cards, times)
+    m = FSRS6(RunConfig(trainer="fast")).fit(data)
+    assert m.parameters() == [0.5] * 21
+    (w_init, sigma, n), = calls
+    assert w_init == m.w_init and w_init[4:] == W[4:] and sigma == SIGMA and n == len(data)
