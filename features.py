@@ -75,7 +75,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     review_th = np.arange(1, n + 1, dtype=np.int64)
 
     # 1. Stable sort by (card, time); 2. keep ratings 1-4; 3. optional two-button mapping.
-    order = np.lexsort((review_th, card))
+    order = np.argsort(card, kind="stable")  # rows are in time order, so a stable sort keeps time within a card
     order = order[(rating[order] >= 1) & (rating[order] <= 4)]
     r = rating[order]
     if fcfg.two_buttons:
@@ -125,6 +125,8 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     if len(idx) < MIN_ROWS:
         raise NotEnoughData(f"only {len(idx)} evaluation reviews after filtering (need {MIN_ROWS})")
 
+    by_time = np.argsort(order[idx], kind="stable")  # 12. back to time order
+    idx, i = idx[by_time], i[by_time]
     src = order[idx]
     rows = pd.DataFrame({
         "card_id": c[idx],
@@ -142,7 +144,6 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
         "seq_start": seq_start[idx],
         "seq_pos": pos[idx],
     })
-    rows = rows.sort_values("review_th", kind="stable").reset_index(drop=True)
     return ReviewData(rows, delta_t.astype(np.float64), r.astype(np.int8))
 
 
@@ -157,6 +158,22 @@ def _outlier_mask(first_rating: np.ndarray, delta_t: np.ndarray, is_first_lt: np
     sel = np.flatnonzero(is_first_lt)
     if len(sel) == 0:
         return drop
+    key = first_rating[sel].astype(np.int64) * (1 << 40) + delta_t[sel].astype(np.int64)
+    cells, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    cell_fr, cell_dt = cells >> 40, cells & ((1 << 40) - 1)
+    drop_cell = np.zeros(len(cells), dtype=bool)
+    for fr in np.unique(cell_fr):
+        members = np.flatnonzero(cell_fr == fr)
+        threshold = max(0.05 * counts[members].sum(), 20)
+        limit = 365 if fr == 4 else 100
+        removed = 0
+        # smallest count first; among equal counts the larger interval first
+        for k in members[np.lexsort((-cell_dt[members], counts[members]))]:
+            if removed + counts[k] < threshold or counts[k] < 6 or cell_dt[k] > limit:
+                drop_cell[k] = True
+                removed += counts[k]
+    drop[sel] = drop_cell[inverse]
+    return drop
     cells = pd.DataFrame({"fr": first_rating[sel], "dt": delta_t[sel]}).value_counts().reset_index(name="n")
     dropped_cells = []
     for fr, group in cells.groupby("fr", sort=True):
