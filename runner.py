@@ -172,6 +172,18 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def _pool_context(cfg: RunConfig):
+    """Fork where available, after importing the model's modules here, so workers start warm (importing torch and
+    loading compiled kernels costs ~2 s per spawned process, more than a typical user). Nothing in this process has
+    started torch or numba threads at this point, which is what makes forking safe."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    models.create(cfg)  # imports the model's module (torch, numba kernels) without running anything
+    if cfg.trainer == "fast":
+        from models import fsrs6_fast  # noqa: F401  (compiled kernels are loaded from numba's cache on first use)
+    return multiprocessing.get_context("fork")
+
+
 def _log(msg: str) -> None:
     from tqdm import tqdm
 
@@ -231,7 +243,7 @@ def run(cfg: RunConfig) -> RunSummary:
                 handle(evaluate_user(user, cfg, root))
                 bar.update()
         else:
-            ctx = multiprocessing.get_context("spawn")
+            ctx = _pool_context(cfg)
             with ProcessPoolExecutor(max_workers=min(cfg.processes, len(todo)), mp_context=ctx,
                                      initializer=_init_worker, initargs=(cfg.torch_num_threads,)) as pool:
                 futures = {pool.submit(evaluate_user, u, cfg, root): u for u in todo}

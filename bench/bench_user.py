@@ -62,10 +62,10 @@ def feature_rate(revlogs) -> float:
     return len(revlogs) / best
 
 
-def scaling(root: Path, users: list[int], processes: int) -> float:
+def scaling(root: Path, users: list[int], processes: int, trainer: str) -> float:
     result = Path(tempfile.mkdtemp()) / "result"
     cmd = [sys.executable, str(REPO / "script.py"), "--data", str(root), "--users", ",".join(map(str, users)),
-           "--processes", str(processes), "--trainer", "fast", "--quiet", "--result-dir", str(result)]
+           "--processes", str(processes), "--trainer", trainer, "--quiet", "--result-dir", str(result)]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
     return time.perf_counter() - t
@@ -78,7 +78,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,400000", help="raw reviews per simulated user")
     ap.add_argument("--upstream-max", type=int, default=20000,
                     help="also time the upstream-style torch trainer for users up to this size")
-    ap.add_argument("--scaling-users", type=int, default=8, help="users of 20k reviews for the 1-vs-2 process run")
+    ap.add_argument("--scaling-users", type=int, default=8, help="users for the 1-vs-2 process run")
+    ap.add_argument("--scaling-trainer", choices=["fast", "upstream"], default="fast",
+                    help="trainer used in the scaling run")
+    ap.add_argument("--scaling-reviews", type=int, default=100000, help="raw reviews per user in the scaling run")
     args = ap.parse_args()
 
     from models import fsrs6_fast
@@ -104,11 +107,11 @@ def main() -> None:
 
     if args.scaling_users:
         root = tmp / "scaling"
-        write_users(root, 20000, args.scaling_users, seed=7)
+        write_users(root, args.scaling_reviews, args.scaling_users, seed=7)
         users = list(range(1, args.scaling_users + 1))
-        t1 = scaling(root, users, 1)
-        t2 = scaling(root, users, 2)
-        print(f"\n| {args.scaling_users} users × 20k reviews | --processes 1 | --processes 2 | speed-up |")
+        t1 = scaling(root, users, 1, args.scaling_trainer)
+        t2 = scaling(root, users, 2, args.scaling_trainer)
+        print(f"\n| {args.scaling_users} users × {args.scaling_reviews:,} reviews, {args.scaling_trainer} trainer | --processes 1 | --processes 2 | speed-up |")
         print("|---|---|---|---|")
         print(f"| wall time (s) | {t1:.1f} | {t2:.1f} | {t1 / t2:.2f}× |")
 

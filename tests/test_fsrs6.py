@@ -217,7 +217,7 @@ def test_trained_weights_follow_fsrs_optimizer_trainer():
     fo = pytest.importorskip("fsrs_optimizer")
     cards, times = simulate(160, seed=3, w_true=W_OTHER)
     data = make_data(cards, times)
-    cfg = RunConfig()
+    cfg = RunConfig(trainer="upstream")
     ours = FSRS6(cfg).fit(data)
     opt = fo.Optimizer()
     opt.define_model()

@@ -43,6 +43,7 @@ class Constant(training.TrainableModule):
 
 
 def _cfg(**kw):
+    kw.setdefault("trainer", "upstream")  # these tests are about the upstream-style torch trainer
     return RunConfig(**kw)
 
 
