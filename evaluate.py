@@ -58,7 +58,7 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "FSRS-6-recency": (21, "IL, G, SR"),
     "FSRS-6-preset": (21, "IL, G, SR"),
     "FSRS-6-deck": (21, "IL, G, SR"),
-    "FSRS-6-fast": (21, "IL, G, SR"),  # srs-bench: same model, compiled trainer (--trainer fast)
+    "FSRS-6-upstream-trainer": (21, "IL, G, SR"),  # srs-bench: same model, upstream-style torch trainer
     "FSRS-6-one-step": (21, "IL, G, SR"),
     "FSRS-rs": (21, "IL, G, SR"),
     "FSRS-5": (19, "IL, G, SR"),
