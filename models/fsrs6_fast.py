@@ -48,21 +48,19 @@ import math
 import numpy as np
 from numba import njit
 
+from models import fsrs6_params as params
 from models.base import ReviewData
 
 N_PARAMS = 21
-S_MIN = 0.001
-S_MAX = 36500.0
-
-DEFAULT_W = np.array([0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796,
-                      1.4835, 0.0614, 0.2629, 1.6483, 0.6014, 1.8729, 0.5425, 0.0912, 0.0658, 0.1542])
-SIGMA = np.array([6.43, 9.66, 17.58, 27.85, 0.57, 0.28, 0.6, 0.12, 0.39, 0.18, 0.33, 0.3, 0.09, 0.16, 0.57, 0.25,
-                  1.03, 0.31, 0.32, 0.14, 0.27])
-LOWER = np.array([S_MIN] * 4 + [1, 0.001, 0.001, 0.001, 0, 0, 0.001, 0.001, 0.001, 0.001, 0, 0, 1, 0, 0, 0, 0.1])
-UPPER = np.array([100.0] * 4 + [10, 4, 4, 0.75, 4.5, 0.8, 3.5, 5, 0.25, 0.9, 4, 1, 6, 2, 2, 0.8, 0.8])
+S_MIN = params.S_MIN
+S_MAX = params.S_MAX
+DEFAULT_W = np.array(params.DEFAULT_W)
+SIGMA = np.array(params.SIGMA)
+LOWER = np.array(params.CLIP_LO, dtype=np.float64)
+UPPER = np.array(params.CLIP_HI, dtype=np.float64)
 
 CLAMP_GRADE = 3  # same-day SInc floor of 1 applies for G >= this (3: benchmark FSRS6; 2: fsrs-rs >= 0.9)
-LR = 4e-2
+LR = params.LR
 SEED = 2023
 LN09 = math.log(0.9)
 
