@@ -166,10 +166,15 @@ class RunSummary:
 
 
 def _init_worker(threads: int) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    """Each worker uses `threads` threads in every native pool (torch, OpenBLAS, OpenMP). Pools created before a
+    fork keep the parent's size, so they are capped here: otherwise two workers on two cores run 4 threads and
+    each user takes twice as long."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
+    threadpool_limits(threads)
 
 
 def _pool_context(cfg: RunConfig):
