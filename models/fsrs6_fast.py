@@ -50,6 +50,7 @@ from numba import njit
 
 from models import fsrs6_params as params
 from models.base import ReviewData
+from training import recency_weights  # noqa: F401 (upstream's --recency weights; re-exported)
 
 N_PARAMS = 21
 S_MIN = params.S_MIN
@@ -66,6 +67,16 @@ LN09 = math.log(0.9)
 
 
 # ---------------------------------------------------------------------------------------------- kernels (float64)
+
+@njit(cache=True, inline="always")
+def _hard_easy(w, g):
+    """Success-growth factor of the grade: the Hard penalty w15, the Easy bonus w16, else 1."""
+    if g == 2:
+        return w[15]
+    if g == 4:
+        return w[16]
+    return 1.0
+
 
 @njit(cache=True)
 def _consts(w):
@@ -111,11 +122,7 @@ def _forward_card(w, cst, seq_dt, seq_g, start, n, S_out, D_out, X1, X2, X3, cla
             r = math.exp(-d * math.log1p(F * t / s))
             X1[k] = r
             if g > 1:
-                hb = 1.0
-                if g == 2:
-                    hb = w[15]
-                elif g == 4:
-                    hb = w[16]
+                hb = _hard_easy(w, g)
                 pw = s ** (-w[9])
                 e10 = math.exp(w[10] * (1.0 - r))
                 X2[k] = pw
@@ -212,11 +219,7 @@ def _card_loss_grad(w, cst, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb,
                 dr_ds = r * d * x / ((1.0 + x) * s)
                 dr_dd = r * (-math.log1p(x) - d / (1.0 + x) * t / s * dF)
                 if g > 1:
-                    hb = 1.0
-                    if g == 2:
-                        hb = w[15]
-                    elif g == 4:
-                        hb = w[16]
+                    hb = _hard_easy(w, g)
                     pw = X2[k]
                     e10 = X3[k]
                     core = e8 * (11.0 - dd) * pw * (e10 - 1.0)  # inc / hb
@@ -447,12 +450,6 @@ def _as_w(w) -> np.ndarray:
     if w.shape != (N_PARAMS,):
         raise ValueError(f"FSRS-6 needs {N_PARAMS} parameters, got shape {w.shape}")
     return w
-
-
-def recency_weights(n: int) -> np.ndarray:
-    """Upstream --recency: 0.25 + 0.75·x³, x = linspace(0, 1, n) over the training rows in time order."""
-    x = np.linspace(0.0, 1.0, n)
-    return 0.25 + 0.75 * x ** 3
 
 
 def clip(w: np.ndarray) -> np.ndarray:
