@@ -1,0 +1,250 @@
+"""FSRS v4 (17 parameters) and the step functions it shares with FSRS-4.5 (spec models.md §1.6–1.7).
+
+State (S, D). First review: S = w[G−1], D = clamp(w4 − w5·(G−3), 1, 10). Later review with R = R(t, S):
+  D' = clamp(w7·w4 + (1−w7)·(D − w6·(G−3)), 1, 10)
+  recall: S' = S·(1 + e^{w8}·(11−D)·S^{−w9}·(e^{w10(1−R)} − 1)·h·b)   (h = w15 for Hard, b = w16 for Easy)
+  lapse:  S' = w11·D^{−w12}·((S+1)^{w13} − 1)·e^{w14(1−R)}           (FSRS-4.5: min(·, S))
+  S' clamped to [0.01, 36500]; the stability formulas use the OLD D.
+v4's curve is R = (1 + t/(9S))^{−1}; FSRS-4.5's is (1 + (19/81)·t/S)^{−0.5}: both are (1 + F·t/S)^{−d}.
+Training (upstream): S0 fitted (§1.1) and then frozen, only rows with i > 2, no L2 prior.
+
+This module is the engine plug-in for v4 (numba kernels; contract in models/seq_model_stub.py) and the torch
+step for the upstream-style trainer; `fsrs_v45.py` binds the same core with its own constants.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit
+
+from models.fsrs_init import initialize_s0
+from models.seq_model import SeqModel
+
+S_MIN = 0.01
+S_MAX = 36500.0
+N_STATE = 2
+
+# v4 constants: R = (1 + F·t/S)^(−DECAY), lapse not capped at S
+F_V4 = 1.0 / 9.0
+DECAY_V4 = 1.0
+
+
+# ---------------------------------------------------------------------------------------- shared core (numba)
+
+@njit(cache=True, inline="always")
+def _hb(w, g):
+    if g == 2:
+        return w[15]
+    if g == 4:
+        return w[16]
+    return 1.0
+
+
+@njit(cache=True)
+def core_init(w, g, out):
+    out[0] = min(max(w[g - 1], S_MIN), S_MAX)
+    out[1] = min(max(w[4] - w[5] * (g - 3), 1.0), 10.0)
+
+
+@njit(cache=True)
+def core_init_vjp(w, g, gstate, gw):
+    if S_MIN <= w[g - 1] <= S_MAX:
+        gw[g - 1] += gstate[0]
+    d0 = w[4] - w[5] * (g - 3)
+    if 1.0 <= d0 <= 10.0:
+        gw[4] += gstate[1]
+        gw[5] -= (g - 3) * gstate[1]
+
+
+@njit(cache=True)
+def core_curve(s, t, factor, decay):
+    return (1.0 + factor * t / s) ** (-decay)
+
+
+@njit(cache=True)
+def core_curve_ds(r, s, t, factor, decay):
+    """dR/dS."""
+    x = factor * t / s
+    return r * decay * x / ((1.0 + x) * s)
+
+
+@njit(cache=True)
+def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
+    s = prev[0]
+    d = prev[1]
+    r = core_curve(s, t, factor, decay)
+    if g > 1:
+        ns = s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
+                  * _hb(w, g))
+    else:
+        ns = w[11] * d ** (-w[12]) * ((s + 1.0) ** w[13] - 1.0) * math.exp(w[14] * (1.0 - r))
+        if cap_lapse and s < ns:
+            ns = s
+    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[1] = min(max(w[7] * w[4] + (1.0 - w[7]) * (d - w[6] * (g - 3)), 1.0), 10.0)
+
+
+@njit(cache=True)
+def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse):
+    s = prev[0]
+    d = prev[1]
+    gprev[0] = 0.0
+    gprev[1] = 0.0
+    # difficulty
+    dp = d - w[6] * (g - 3)
+    dm = w[7] * w[4] + (1.0 - w[7]) * dp
+    if 1.0 <= dm <= 10.0:
+        gdm = gnew[1]
+        gw[7] += gdm * (w[4] - dp)
+        gw[4] += gdm * w[7]
+        gdp = gdm * (1.0 - w[7])
+        gw[6] -= gdp * (g - 3)
+        gprev[1] += gdp
+    # stability
+    r = core_curve(s, t, factor, decay)
+    dr_ds = core_curve_ds(r, s, t, factor, decay)
+    if g > 1:
+        hb = _hb(w, g)
+        e8 = math.exp(w[8])
+        pw = s ** (-w[9])
+        e10 = math.exp(w[10] * (1.0 - r))
+        core = e8 * (11.0 - d) * pw * (e10 - 1.0)
+        inc = core * hb
+        ns = s * (1.0 + inc)
+        if S_MIN <= ns <= S_MAX:
+            gs = gnew[0]
+            dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
+            gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
+            gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
+            gw[8] += gs * s * inc
+            gw[9] += gs * s * inc * (-math.log(s))
+            gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
+            if g == 2:
+                gw[15] += gs * s * core
+            elif g == 4:
+                gw[16] += gs * s * core
+    else:
+        dpw = d ** (-w[12])
+        sp = (s + 1.0) ** w[13]
+        e14 = math.exp(w[14] * (1.0 - r))
+        sf = w[11] * dpw * (sp - 1.0) * e14
+        ns = sf
+        cf = 1.0
+        if cap_lapse:
+            if s < sf:
+                ns, cf = s, 0.0
+            elif s == sf:
+                cf = 0.5  # torch.minimum splits the gradient on a tie
+        if S_MIN <= ns <= S_MAX:
+            gs = gnew[0]
+            gprev[0] += gs * (1.0 - cf)
+            gf = gs * cf
+            if gf != 0.0:
+                gprev[0] += gf * (w[11] * dpw * w[13] * sp / (s + 1.0) * e14 - w[14] * sf * dr_ds)
+                gprev[1] += gf * (-w[12] * sf / d)
+                gw[11] += gf * dpw * (sp - 1.0) * e14
+                gw[12] += gf * sf * (-math.log(d))
+                gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
+                gw[14] += gf * sf * (1.0 - r)
+
+
+# ---------------------------------------------------------------------------------------- v4 kernels (numba)
+
+@njit(cache=True)
+def init(w, g, t, out):
+    core_init(w, g, out)
+
+
+@njit(cache=True)
+def init_vjp(w, g, t, state, gstate, gw):
+    core_init_vjp(w, g, gstate, gw)
+
+
+@njit(cache=True)
+def step(w, prev, t, g, out):
+    core_step(w, prev, t, g, out, F_V4, DECAY_V4, False)
+
+
+@njit(cache=True)
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, F_V4, DECAY_V4, False)
+
+
+@njit(cache=True)
+def curve(w, state, t):
+    return core_curve(state[0], t, F_V4, DECAY_V4)
+
+
+@njit(cache=True)
+def curve_vjp(w, state, t, gp, gstate, gw):
+    r = core_curve(state[0], t, F_V4, DECAY_V4)
+    gstate[0] += gp * core_curve_ds(r, state[0], t, F_V4, DECAY_V4)
+
+
+# ---------------------------------------------------------------------------------------- torch (upstream trainer)
+
+def torch_power_curve(t, s, factor: float, decay: float):
+    return (1 + factor * t / s) ** (-decay)
+
+
+def torch_init(w, g, t):
+    s = w[:4][(g.long() - 1).clamp(0, 3)].clamp(S_MIN, S_MAX)
+    d = (w[4] - w[5] * (g - 3)).clamp(1, 10)
+    return s, d
+
+
+def torch_core_step(w, state, t, g, factor: float, decay: float, cap_lapse: bool):
+    s, d = state
+    r = torch_power_curve(t, s, factor, decay)
+    hb = torch.where(g == 2, w[15], 1.0) * torch.where(g == 4, w[16], 1.0)
+    s_recall = s * (1 + torch.exp(w[8]) * (11 - d) * s.pow(-w[9]) * (torch.exp((1 - r) * w[10]) - 1) * hb)
+    s_lapse = w[11] * d.pow(-w[12]) * ((s + 1).pow(w[13]) - 1) * torch.exp((1 - r) * w[14])
+    if cap_lapse:
+        s_lapse = torch.minimum(s_lapse, s)
+    ns = torch.where(g > 1, s_recall, s_lapse).clamp(S_MIN, S_MAX)
+    nd = (w[7] * w[4] + (1 - w[7]) * (d - w[6] * (g - 3))).clamp(1, 10)
+    return ns, nd
+
+
+def torch_step(w, state, t, g):
+    return torch_core_step(w, state, t, g, F_V4, DECAY_V4, False)
+
+
+def torch_curve(w, state, t):
+    return torch_power_curve(t, state[0], F_V4, DECAY_V4)
+
+
+# ---------------------------------------------------------------------------------------- the model
+
+class FSRSv4Family(SeqModel):
+    """v4 and 4.5: S0 fitted with the version's curve and frozen; trained on rows with i > 2."""
+
+    factor: float = F_V4
+    decay: float = DECAY_V4
+    frozen = (0, 1, 2, 3)
+
+    def initial_weights(self, train):
+        f, d = self.factor, self.decay
+        s0 = initialize_s0(train.rows, lambda t, s: (1 + f * t / s) ** (-d), self.default_w[:4], S_MIN)
+        return list(s0) + list(self.default_w[4:])
+
+    def training_rows(self, train):
+        return train.rows["i"].to_numpy() > 2
+
+    def fit(self, train):
+        if self.cfg.S0 and not self.cfg.default:
+            self.w = self.initial_weights(train)
+            return self
+        return super().fit(train)
+
+
+class FSRSv4(FSRSv4Family):
+    name = "FSRSv4"
+    kernels = "models.fsrs_v4"
+    default_w = [0.4, 0.9, 2.3, 10.9, 4.93, 0.94, 0.86, 0.01, 1.49, 0.14, 0.94, 2.18, 0.05, 0.34, 1.26, 0.29, 2.61]
+    lower = [S_MIN] * 4 + [1, 0.1, 0.1, 0, 0, 0.1, 0.01, 0.5, 0.01, 0.01, 0.01, 0, 1]
+    upper = [100] * 4 + [10, 5, 5, 0.5, 3, 0.8, 2.5, 5, 0.2, 0.9, 2, 1, 4]
+

@@ -1,0 +1,55 @@
+"""FSRS-4.5 (17 parameters, spec models.md §1.6): FSRS v4's step with the curve (1 + (19/81)·t/S)^(−0.5), the
+post-lapse stability capped at S, and wider clip bounds. Engine plug-in binding the core of `fsrs_v4.py`."""
+
+from __future__ import annotations
+
+from numba import njit
+
+from models import fsrs_v4 as v4
+from models.fsrs_v4 import N_STATE, init, init_vjp  # noqa: F401 (engine contract: same first review as v4)
+
+FACTOR = 19.0 / 81.0
+DECAY = 0.5
+
+
+@njit(cache=True)
+def step(w, prev, t, g, out):
+    v4.core_step(w, prev, t, g, out, FACTOR, DECAY, True)
+
+
+@njit(cache=True)
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    v4.core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, FACTOR, DECAY, True)
+
+
+@njit(cache=True)
+def curve(w, state, t):
+    return v4.core_curve(state[0], t, FACTOR, DECAY)
+
+
+@njit(cache=True)
+def curve_vjp(w, state, t, gp, gstate, gw):
+    r = v4.core_curve(state[0], t, FACTOR, DECAY)
+    gstate[0] += gp * v4.core_curve_ds(r, state[0], t, FACTOR, DECAY)
+
+
+torch_init = v4.torch_init
+
+
+def torch_step(w, state, t, g):
+    return v4.torch_core_step(w, state, t, g, FACTOR, DECAY, True)
+
+
+def torch_curve(w, state, t):
+    return v4.torch_power_curve(t, state[0], FACTOR, DECAY)
+
+
+class FSRS45(v4.FSRSv4Family):
+    name = "FSRS-4.5"
+    kernels = "models.fsrs_v45"
+    factor = FACTOR
+    decay = DECAY
+    default_w = [0.4872, 1.4003, 3.7145, 13.8206, 5.1618, 1.2298, 0.8975, 0.031, 1.6474, 0.1367, 1.0461, 2.1072,
+                 0.0793, 0.3246, 1.587, 0.2272, 2.8755]
+    lower = [v4.S_MIN] * 4 + [0, 0.01, 0.01, 0, 0, 0, 0.01, 0.2, 0.01, 0.01, 0.01, 0, 1]
+    upper = [100] * 4 + [10, 5, 5, 0.8, 6, 0.8, 5, 6, 0.4, 0.9, 4, 1, 10]

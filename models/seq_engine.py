@@ -1,0 +1,200 @@
+"""The general one-pass-per-card engine: predictions, loss and gradients for any sequence model, and its trainer.
+
+Why: every target of a card is a prefix of one review sequence (`ReviewData`), so a model's predictions for ALL of a
+card's targets come from one forward pass over the card, and the gradient of their summed loss from one reverse
+pass (carrying the state adjoint backwards). The upstream trainer instead re-runs each target's whole history,
+padded per batch, through autograd: Σ_targets history_length steps per epoch instead of Σ_cards sequence_length.
+
+A model plugs in with its step function and its vector-Jacobian products written once as numba functions (the
+contract: models/seq_model_stub.py); `instantiate` compiles the engine's kernels (models/seq_engine_kernels.py) for
+that model. The trainer minimises upstream's objective
+    L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)
+with Adam (lr 4e-2), a per-step cosine schedule over mini-batches of whole cards (≈ batch_size targets, order
+shuffled per epoch with a seeded numpy Generator), the model's clip box after every step, frozen parameters
+(grad_mask), and upstream's best-checkpoint rule on the full objective. Training rows with a history longer than
+max_seq_len are left out of the loss, as upstream's BatchDataset drops them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from models.base import ReviewData
+from training import recency_weights
+
+SEED = 2023
+LR = 4e-2
+_TEMPLATE = Path(__file__).with_name("seq_engine_kernels.py")
+_STUB_IMPORT = "from models.seq_model_stub import *"
+_GENERIC_BEGIN = "# ---- GENERIC-CARD-BEGIN"
+_GENERIC_END = "# ---- GENERIC-CARD-END"
+_INSTANCES: dict[str, object] = {}
+
+
+def _engine_dir() -> Path:
+    """Where instantiated kernels (and numba's cache of them) live: $SRS_BENCH_ENGINE_DIR, else .cache/engines in
+    the repository, else the temp directory when the repository is read-only."""
+    env = os.environ.get("SRS_BENCH_ENGINE_DIR")
+    candidates = [Path(env)] if env else []
+    candidates += [Path(__file__).resolve().parents[1] / ".cache" / "engines",
+                   Path(tempfile.gettempdir()) / "srs-bench-engines"]
+    for path in candidates:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if os.access(path, os.W_OK):
+                return path
+        except OSError:
+            continue
+    raise RuntimeError("no writable directory for compiled engine kernels (set SRS_BENCH_ENGINE_DIR)")
+
+
+def instantiate(model_module: str):
+    """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py)."""
+    if model_module in _INSTANCES:
+        return _INSTANCES[model_module]
+    model = importlib.import_module(model_module)
+    source = _TEMPLATE.read_text(encoding="utf-8")
+    if _STUB_IMPORT not in source:
+        raise RuntimeError(f"{_TEMPLATE}: model import line not found")
+    names = ["N_STATE"]
+    custom = hasattr(model, "card_loss_grad")
+    if custom:
+        begin, end = source.index(_GENERIC_BEGIN), source.index(_GENERIC_END)
+        source = source[:begin] + source[end:]
+        names += ["card_loss_grad", "card_predict"]
+    else:
+        names += ["init", "step", "curve", "init_vjp", "step_vjp", "curve_vjp"]
+    source = source.replace(_STUB_IMPORT, f"from {model_module} import {', '.join(names)}")
+    digest = hashlib.sha1(source.encode()).hexdigest()[:10]
+    stem = f"engine_{model_module.replace('.', '_')}_{digest}"
+    path = _engine_dir() / f"{stem}.py"
+    if not path.exists() or path.read_text(encoding="utf-8") != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source, encoding="utf-8")
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[stem] = module
+    spec.loader.exec_module(module)
+    _INSTANCES[model_module] = module
+    return module
+
+
+class Cards:
+    """Targets grouped by card (sorted by history length), with the sequence span each card needs."""
+
+    __slots__ = ("seq_dt", "seq_g", "c_start", "c_n", "c_tb", "c_te", "t_pos", "t_dt", "t_y", "t_wt", "t_row",
+                 "max_n")
+
+    def __init__(self, data: ReviewData, weights: np.ndarray | None = None, keep: np.ndarray | None = None):
+        rows = data.rows
+        start = rows["seq_start"].to_numpy(np.int64)
+        pos = rows["seq_pos"].to_numpy(np.int64)
+        sel = np.arange(len(rows)) if keep is None else np.flatnonzero(keep)
+        sel = sel[pos[sel] >= 1]  # a first review has no history and is never a target
+        order = sel[np.lexsort((pos[sel], start[sel]))]
+        self.t_row = order
+        self.t_pos = pos[order]
+        self.t_dt = rows["delta_t"].to_numpy(np.float64)[order]
+        self.t_y = rows["y"].to_numpy(np.float64)[order]
+        w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
+        self.t_wt = w[order]
+        st = start[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = st[1:] != st[:-1]
+        self.c_tb = np.flatnonzero(first).astype(np.int64)
+        self.c_te = np.append(self.c_tb[1:], len(order)).astype(np.int64)
+        self.c_start = st[self.c_tb]
+        self.c_n = self.t_pos[self.c_te - 1] if len(order) else np.zeros(0, dtype=np.int64)  # states 0..maxpos-1
+        self.max_n = int(self.c_n.max()) if len(self.c_n) else 1
+        self.seq_dt = np.ascontiguousarray(data.seq_delta_t, dtype=np.float64)
+        self.seq_g = np.ascontiguousarray(data.seq_rating, dtype=np.int64)
+
+    def args(self) -> tuple:
+        return (self.seq_dt, self.seq_g, self.c_start, self.c_n, self.c_tb, self.c_te, self.t_pos, self.t_dt)
+
+
+class SeqEngine:
+    """Prediction, loss/gradient and training of one model on `ReviewData`, through its compiled kernels."""
+
+    def __init__(self, model_module: str, lower, upper):
+        self.model_module = model_module
+        self.lower = np.asarray(lower, dtype=np.float64)
+        self.upper = np.asarray(upper, dtype=np.float64)
+
+    @property
+    def k(self):
+        return instantiate(self.model_module)
+
+    def _w(self, w) -> np.ndarray:
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        if w.shape != self.lower.shape:
+            raise ValueError(f"{self.model_module}: expected {len(self.lower)} parameters, got shape {w.shape}")
+        return w
+
+    def clip(self, w) -> np.ndarray:
+        return np.minimum(np.maximum(np.asarray(w, dtype=np.float64), self.lower), self.upper)
+
+    def predict(self, w, data: ReviewData) -> np.ndarray:
+        """P(recall) for every row of `data`, in row order (NaN for a row without history)."""
+        cards = Cards(data)
+        out = np.full(len(data), np.nan)
+        p = np.empty(len(cards.t_row))
+        self.k.predict_cards(self._w(w), *cards.args(), cards.max_n, p)
+        out[cards.t_row] = p
+        return out
+
+    def loss_and_grad(self, w, data: ReviewData, weights=None, w_init=None, sigma=None,
+                      max_seq_len: int | None = None) -> tuple[float, np.ndarray]:
+        """Σ weight·BCE (+ the L2 prior when sigma is given) and its gradient, over the rows of `data` (only those
+        with history length ≤ max_seq_len when given)."""
+        w = self._w(w)
+        keep = None if max_seq_len is None else data.rows["seq_pos"].to_numpy() <= max_seq_len
+        cards = Cards(data, weights, keep)
+        grad = np.zeros(len(w))
+        loss = self.k.loss_grad_cards(w, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad)
+        if sigma is not None:
+            inv_var = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2
+            diff = w - self._w(w_init)
+            loss += float(np.sum(diff ** 2 * inv_var))
+            grad += 2.0 * diff * inv_var
+        return float(loss), grad
+
+    def fit(self, w0, train: ReviewData, cfg=None, *, w_init=None, sigma=None, grad_mask=None,
+            keep: np.ndarray | None = None, lr: float = LR, betas=(0.9, 0.999), seed: int = SEED,
+            check_every_epoch: bool = False) -> np.ndarray:
+        """Trained weights from w0 (clipped). cfg supplies n_epoch, batch_size, max_seq_len and recency; `keep`
+        restricts the training rows (e.g. FSRS v4's i > 2); `w_init`/`sigma` define the L2 prior (none if sigma is
+        None); grad_mask zeros the gradient of frozen parameters. Deterministic for a given seed."""
+        n_epoch = int(getattr(cfg, "n_epoch", 5))
+        batch_size = int(getattr(cfg, "batch_size", 512))
+        max_seq_len = int(getattr(cfg, "max_seq_len", 64))
+        w0 = self.clip(self._w(w0))
+        n_w = len(w0)
+        if sigma is None:
+            inv_var, w_init = np.zeros(n_w), w0.copy()
+        else:
+            inv_var, w_init = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2, self._w(w_init)
+        mask = np.ones(n_w) if grad_mask is None else np.asarray(grad_mask, dtype=np.float64)
+        # upstream sets recency weights on the whole training frame, before any row is dropped
+        weights = recency_weights(len(train)) if getattr(cfg, "recency", False) else None
+        use = train.rows["seq_pos"].to_numpy() <= max_seq_len
+        if keep is not None:
+            use &= np.asarray(keep, dtype=bool)
+        cards = Cards(train, weights, use)
+        n_cards = len(cards.c_start)
+        if n_cards == 0 or n_epoch <= 0:
+            return w0
+        rng = np.random.default_rng(seed)
+        orders = np.stack([rng.permutation(n_cards) for _ in range(n_epoch)]).astype(np.int64)
+        best_w, _ = self.k.adam_fit(w0, w_init, inv_var, mask, self.lower, self.upper, *cards.args(), cards.t_y,
+                                    cards.t_wt, cards.max_n, orders, batch_size, float(lr),
+                                    np.asarray(betas, dtype=np.float64), bool(check_every_epoch))
+        return self.clip(best_w)

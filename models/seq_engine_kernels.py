@@ -1,0 +1,192 @@
+"""Compiled kernels of the general one-pass-per-card engine: a TEMPLATE, instantiated once per model.
+
+`models/seq_engine.py` copies this file with the import line below pointing at the model's module (the contract is
+in models/seq_model_stub.py), so numba compiles every kernel with the model's step functions inlined as globals and
+caches the machine code on disk. (Passing the step functions as first-class arguments would work too, but numba
+cannot cache such functions, and recompiling the engine in every process costs seconds per model.)
+
+Layout (see seq_engine.Cards): targets sorted by card then history length; card c spans targets tb[c]..te[c]-1 and
+needs the states after its first n[c] reviews, which start at sequence index start[c]. Target j reads the state
+after its t_pos[j]-th review (index t_pos[j]-1) and its own elapsed time t_dt[j].
+"""
+
+import math
+
+import numpy as np
+from numba import njit
+
+from models.seq_model_stub import *  # noqa: F401,F403  MODEL-IMPORT (rebound per model by seq_engine.instantiate)
+
+BCE_LOG_FLOOR = -100.0  # torch's binary_cross_entropy clamps its logs here
+BCE_GRAD_EPS = 1e-12  # ... and the denominator p(1-p) of its gradient here
+
+
+@njit(cache=True, inline="always")
+def bce(p, y, wt):
+    """(weighted BCE, d/dp) with torch's clamping."""
+    if y > 0.5:
+        loss = -wt * max(math.log(p), BCE_LOG_FLOOR) if p > 0.0 else -wt * BCE_LOG_FLOOR
+    else:
+        loss = -wt * max(math.log1p(-p), BCE_LOG_FLOOR) if p < 1.0 else -wt * BCE_LOG_FLOOR
+    return loss, wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
+
+
+@njit(cache=True)
+def scratch(max_n):
+    """Per-card work space: states, state adjoints, one spare row."""
+    return np.zeros((3, max_n + 1, max(N_STATE, 1)))
+
+
+# ---- GENERIC-CARD-BEGIN (left out when the model defines card_loss_grad / card_predict itself)
+
+@njit(cache=True)
+def forward_card(w, seq_dt, seq_g, start, n, states):
+    """states[k] = state after review k of the card (k = 0..n-1)."""
+    init(w, seq_g[start], seq_dt[start], states[0])
+    for k in range(1, n):
+        step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
+
+
+@njit(cache=True)
+def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    """Σ weight·BCE over the card's targets; adds d/dw into gw. One forward and one reverse pass over the card."""
+    states = buf[0]
+    gstates = buf[1]
+    gprev = buf[2][0]
+    forward_card(w, seq_dt, seq_g, start, n, states)
+    for k in range(n):
+        gstates[k, :] = 0.0
+    loss = 0.0
+    for j in range(tb, te):
+        k = t_pos[j] - 1
+        p = curve(w, states[k], t_dt[j])
+        lo, gp = bce(p, t_y[j], t_wt[j])
+        loss += lo
+        curve_vjp(w, states[k], t_dt[j], gp, gstates[k], gw)
+    for k in range(n - 1, 0, -1):
+        step_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k], gstates[k], gprev, gw)
+        for i in range(gprev.shape[0]):
+            gstates[k - 1, i] += gprev[i]
+    init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
+    return loss
+
+
+@njit(cache=True)
+def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+    """out[j] = P(recall) of each target of the card (one forward pass)."""
+    states = buf[0]
+    forward_card(w, seq_dt, seq_g, start, n, states)
+    for j in range(tb, te):
+        out[j] = curve(w, states[t_pos[j] - 1], t_dt[j])
+
+# ---- GENERIC-CARD-END
+
+
+@njit(cache=True)
+def predict_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, max_n, out):
+    buf = scratch(max_n)
+    for c in range(len(c_start)):
+        card_predict(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, c_tb[c], c_te[c], buf, out)
+
+
+@njit(cache=True)
+def loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
+    """Σ weight·BCE over every card (forward only)."""
+    buf = scratch(max_n)
+    p = np.empty(len(t_pos))
+    loss = 0.0
+    for c in range(len(c_start)):
+        card_predict(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, c_tb[c], c_te[c], buf, p)
+        for j in range(c_tb[c], c_te[c]):
+            loss += bce(p[j], t_y[j], t_wt[j])[0]
+    return loss
+
+
+@njit(cache=True)
+def loss_grad_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, gw):
+    buf = scratch(max_n)
+    loss = 0.0
+    for c in range(len(c_start)):
+        loss += card_loss_grad(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, t_y, t_wt, c_tb[c], c_te[c],
+                               buf, gw)
+    return loss
+
+
+@njit(cache=True)
+def _penalty(w, w_init, inv_var):
+    p = 0.0
+    for j in range(len(w)):
+        p += (w[j] - w_init[j]) ** 2 * inv_var[j]
+    return p
+
+
+@njit(cache=True)
+def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
+             t_y, t_wt, max_n, orders, batch_size, lr, betas, check_every_epoch):
+    """Adam with a per-step cosine schedule over mini-batches of whole cards (cut once ≥ batch_size targets),
+    penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after every step, and the best full objective
+    among the initial weights and the end of every epoch (check_every_epoch) or of the last one only."""
+    n_epoch = orders.shape[0]
+    n_cards = len(c_start)
+    n_targets = len(t_pos)
+    n_w = len(w0)
+    buf = scratch(max_n)
+    grad = np.zeros(n_w)
+    bounds = np.empty(n_cards + 1, dtype=np.int64)
+    n_batches_total = 0
+    for e in range(n_epoch):
+        acc = 0
+        for pos in range(n_cards):
+            acc += c_te[orders[e, pos]] - c_tb[orders[e, pos]]
+            if acc >= batch_size or pos == n_cards - 1:
+                n_batches_total += 1
+                acc = 0
+    w = w0.copy()
+    m = np.zeros(n_w)
+    v = np.zeros(n_w)
+    b1 = betas[0]
+    b2 = betas[1]
+    eps = 1e-8
+    best_w = w.copy()
+    best = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+        + _penalty(w, w_init, inv_var)
+    step_no = 0
+    for e in range(n_epoch):
+        order = orders[e]
+        nb = 0
+        bounds[0] = 0
+        acc = 0
+        for pos in range(n_cards):
+            acc += c_te[order[pos]] - c_tb[order[pos]]
+            if acc >= batch_size or pos == n_cards - 1:
+                nb += 1
+                bounds[nb] = pos + 1
+                acc = 0
+        for b in range(nb):
+            grad[:] = 0.0
+            nt = 0
+            for pos in range(bounds[b], bounds[b + 1]):
+                c = order[pos]
+                nt += c_te[c] - c_tb[c]
+                card_loss_grad(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, t_y, t_wt, c_tb[c], c_te[c],
+                               buf, grad)
+            scale = nt / n_targets
+            lr_t = lr * 0.5 * (1.0 + math.cos(math.pi * step_no / n_batches_total))
+            step_no += 1
+            bc1 = 1.0 - b1 ** step_no
+            bc2 = 1.0 - b2 ** step_no
+            for j in range(n_w):
+                gj = (grad[j] + 2.0 * scale * (w[j] - w_init[j]) * inv_var[j]) * grad_mask[j]
+                if not math.isfinite(gj):
+                    gj = 0.0
+                m[j] = b1 * m[j] + (1.0 - b1) * gj
+                v[j] = b2 * v[j] + (1.0 - b2) * gj * gj
+                w[j] -= lr_t * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)
+                w[j] = min(max(w[j], lower[j]), upper[j])
+        if check_every_epoch or e == n_epoch - 1:
+            cur = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+                + _penalty(w, w_init, inv_var)
+            if cur < best:
+                best = cur
+                best_w[:] = w
+    return best_w, best
