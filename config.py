@@ -15,8 +15,8 @@ REPO_ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = REPO_ROOT.parent / "anki-revlogs-10k"
 EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
-# Models whose histories always include same-day reviews (upstream: FSRS-5 and FSRS-6 "IL, G, SR").
-ALWAYS_SHORT = {"FSRS-5", "FSRS-6"}
+# Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
+ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs"}
 
 
 @dataclass
@@ -32,6 +32,7 @@ class RunConfig:
     S0: bool = False  # Era A --pretrain: fit only the initial stabilities
     two_buttons: bool = False  # Era A --binary: Hard and Easy become Good
     short: bool = False  # same-day reviews stay in histories (never targets)
+    disable_short_term: bool = False  # FSRS-5: w17 = w18 = 0 and frozen (with S0), as upstream script.py
     n_splits: int = 5
     batch_size: int = 512
     max_seq_len: int = 64
@@ -68,6 +69,8 @@ class RunConfig:
             parts.append(f"{self.trainer}-trainer")
         if self.partitions != "none":
             parts.append(self.partitions)
+        if self.disable_short_term:
+            parts.append("disable_short_term")
         return "-".join(parts)
 
 
@@ -75,6 +78,9 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--algo", "--model", dest="algo", default=default_algo, choices=algo_choices,
                    help="model to evaluate (--model is the seed README's name for the same flag)")
+    p.add_argument("--rust", dest="algo", action="store_const", const="FSRS-rs", default=argparse.SUPPRESS,
+                   help="upstream's script.py --rust: evaluate FSRS-rs (FSRS-6 trained by the Rust fsrs crate via "
+                        "fsrs-rs-python's benchmark()); same as --algo FSRS-rs, result file FSRS-rs")
     p.add_argument("--data", type=Path, default=None,
                    help="dataset root in the anki-revlogs-10k layout (revlogs/user_id=N/data.parquet); "
                         "default: ../anki-revlogs-10k if it exists, else the embedded data set in data/embedded")
@@ -95,6 +101,10 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="treat Hard and Easy as Good (suffix -binary)")
     p.add_argument("--short", action="store_true",
                    help="keep same-day reviews in histories (never as targets); always on for FSRS-5/FSRS-6")
+    p.add_argument("--disable_short_term", action="store_true",
+                   help="FSRS-5: no short-term stability term (w17 = w18 = 0, their gradients and S0's zeroed, as "
+                        "upstream script.py's enable_short_term=False); same-day reviews stay in the histories "
+                        "(suffix -disable_short_term)")
     p.add_argument("--n_splits", type=int, default=5, help="TimeSeriesSplit folds")
     p.add_argument("--batch_size", type=int, default=512, help="training batch size")
     p.add_argument("--max_seq_len", type=int, default=64,

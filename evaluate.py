@@ -16,7 +16,10 @@ Aggregation follows upstream's evaluate.py (spec §7):
   at once: it draws the same resample indices (same generator, same order), turns each batch of resamples into
   per-user counts so that every (model, metric, weighting) column is one matrix product, and uses the closed-form
   leave-one-out weighted mean for the BCa acceleration instead of n separate jackknife evaluations;
-- formatting is upstream's `sigdig`: the CI with 2 significant digits, the mean with as many decimals.
+- formatting is upstream's `sigdig`: the CI with 2 significant digits, the mean with as many decimals;
+- rows are labelled as upstream's README labels them ("FSRS-6-dry-run" → "FSRS-6 default param.", "Anki" →
+  "Anki-SM-2 trainable"; `--file-names` keeps the file names), and "Parameters" is the README's count for every
+  name of either era of upstream's result files (`KNOWN_MODELS`), else the length of the stored weight list.
 """
 
 from __future__ import annotations
@@ -48,32 +51,45 @@ FEATURE_LEGEND = {
     "AT": "answer time (duration of the review), in milliseconds",
 }
 
-# Row name (result file name) → (trainable parameters per user, input features). Upstream's hand-kept list.
+# Result name (file name without .jsonl) → (trainable parameters per user, input features): upstream's hand-kept
+# list, under both naming eras of upstream's result files. Era A (script.py/other.py of the FSRS-5 and early FSRS-6
+# tables) spells the untrained row "-dry-run" and the S0-only row "-pretrain"; Era B and srs-bench spell them
+# "-default" and "-S0". "Anki" is the TRAINABLE Anki-SM-2 row in upstream's files (7 parameters); the untrained one
+# is "Anki-dry-run" (Era A) / "Anki-default". The count is what the README's "Parameters" column shows, which is not
+# always the length of a result line's `parameters` list (-S0 and -dry-run rows store all 21 weights but train 4 / 0;
+# -binary stores 21 but w1, w3, w15, w16 are never used; neural rows store none), so for these names it wins.
+_FSRS6_IN = _FSRS5_IN = "IL, G, SR"
 KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "FSRS-7": (35, "IL, G, SR"),
-    "FSRS-6": (21, "IL, G, SR"),
-    "FSRS-6-default": (0, "IL, G, SR"),
-    "FSRS-6-S0": (4, "IL, G, SR"),
-    "FSRS-6-binary": (17, "IL, G, SR"),
-    "FSRS-6-recency": (21, "IL, G, SR"),
-    "FSRS-6-preset": (21, "IL, G, SR"),
-    "FSRS-6-deck": (21, "IL, G, SR"),
-    "FSRS-6-upstream-trainer": (21, "IL, G, SR"),  # srs-bench: same model, upstream-style torch trainer
-    "FSRS-6-one-step": (21, "IL, G, SR"),
-    "FSRS-rs": (21, "IL, G, SR"),
-    "FSRS-5": (19, "IL, G, SR"),
-    "FSRS-5-default": (0, "IL, G, SR"),
-    "FSRS-5-S0": (4, "IL, G, SR"),
-    "FSRS-5-binary": (15, "IL, G, SR"),
-    "FSRS-5-recency": (19, "IL, G, SR"),
-    "FSRS-5-preset": (19, "IL, G, SR"),
-    "FSRS-5-deck": (19, "IL, G, SR"),
+    "FSRS-6": (21, _FSRS6_IN),
+    "FSRS-6-default": (0, _FSRS6_IN),
+    "FSRS-6-dry-run": (0, _FSRS6_IN),
+    "FSRS-6-S0": (4, _FSRS6_IN),
+    "FSRS-6-pretrain": (4, _FSRS6_IN),
+    "FSRS-6-binary": (17, _FSRS6_IN),
+    "FSRS-6-recency": (21, _FSRS6_IN),
+    "FSRS-6-preset": (21, _FSRS6_IN),
+    "FSRS-6-deck": (21, _FSRS6_IN),
+    "FSRS-6-upstream-trainer": (21, _FSRS6_IN),  # srs-bench: same model, upstream-style torch trainer
+    "FSRS-6-one-step": (21, _FSRS6_IN),
+    "FSRS-rs": (21, _FSRS6_IN),  # FSRS-6 trained by fsrs-rs; Era A's FSRS-rs was FSRS-5 (19), see COUNT_FROM_RESULT
+    "FSRS-5": (19, _FSRS5_IN),
+    "FSRS-5-default": (0, _FSRS5_IN),
+    "FSRS-5-dry-run": (0, _FSRS5_IN),
+    "FSRS-5-S0": (4, _FSRS5_IN),
+    "FSRS-5-pretrain": (4, _FSRS5_IN),
+    "FSRS-5-binary": (15, _FSRS5_IN),
+    "FSRS-5-disable_short_term": (17, "IL, G"),  # w17, w18 fixed at 0: no short-term term
+    "FSRS-5-recency": (19, _FSRS5_IN),
+    "FSRS-5-preset": (19, _FSRS5_IN),
+    "FSRS-5-deck": (19, _FSRS5_IN),
     "FSRS-4.5": (17, "IL, G"),
     "FSRSv4": (17, "IL, G"),
     "FSRSv3": (13, "IL, G"),
     "FSRSv2": (14, "IL, G"),
     "FSRSv1": (7, "IL, G"),
     "LSTM": (8869, "FIL, G, SR, AT"),
+    "LSTM-short-secs-equalize_test_with_non_secs": (8869, "FIL, G, SR, AT"),  # upstream's file name for "LSTM"
     "GRU": (39, "IL, G"),
     "GRU-P": (297, "IL, G"),
     "GRU-P-short": (297, "IL, G, SR"),
@@ -89,8 +105,9 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "SM2": (0, "IL, G"),
     "SM2-short": (0, "IL, G, SR"),
     "SM2-trainable": (6, "IL, G"),
-    "Anki": (0, "IL, G"),
-    "Anki-trainable": (7, "IL, G"),
+    "Anki": (7, "IL, G"),  # trainable Anki-SM-2
+    "Anki-default": (0, "IL, G"),
+    "Anki-dry-run": (0, "IL, G"),
     "Ebisu-v2": (0, "IL, G"),
     "AVG": (0, "---"),
     "MOVING-AVG": (0, "---"),
@@ -98,6 +115,83 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "RMSE-BINS-EXPLOIT": (0, "IL, G"),
     "90%": (0, "---"),
 }
+
+# Names whose every stored weight is trained and whose weight count changed between eras under the same name: the
+# length of the result's `parameters` list is used when there is one (Era A "FSRS-rs" = FSRS-5 port, 19 weights).
+COUNT_FROM_RESULT = {"FSRS-rs"}
+
+# srs-bench suffixes that change neither the parameter count nor the inputs; "X-recency-deck" counts as "X".
+NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer")
+
+# How upstream's README tables name the rows (the tables are hand-edited from the result-file names).
+DISPLAY_NAMES: dict[str, str] = {
+    "LSTM-short-secs-equalize_test_with_non_secs": "LSTM",
+    "FSRSv4": "FSRS v4",
+    "FSRSv3": "FSRS v3",
+    "FSRSv2": "FSRS v2",
+    "FSRSv1": "FSRS v1",
+    "SM2": "SM-2",
+    "SM2-short": "SM-2-short",
+    "SM2-trainable": "SM-2 trainable",
+    "Anki": "Anki-SM-2 trainable",
+    "Anki-default": "Anki-SM-2",
+    "Anki-dry-run": "Anki-SM-2",
+    "Ebisu-v2": "Ebisu v2",
+    "LogisticRegression": "Logistic Regression",
+}
+# Variant suffixes of the FSRS rows, as the README words them ("FSRS-6 default param.", "FSRS-6 pretrain", ...).
+SUFFIX_WORDS: dict[str, str] = {
+    "-default": "default param.",
+    "-dry-run": "default param.",
+    "-S0": "pretrain",
+    "-pretrain": "pretrain",
+    "-binary": "binary",
+    "-disable_short_term": "disable_short_term",
+    "-recency": "recency",
+    "-preset": "preset",
+    "-deck": "deck",
+    "-upstream-trainer": "upstream trainer",
+}
+
+
+def known_base(name: str) -> str | None:
+    """The KNOWN_MODELS key a result name counts as, or None: the name itself, else the name with srs-bench's
+    count-neutral suffixes taken off the end ("FSRS-6-binary-recency" counts as "FSRS-6-binary")."""
+    while name not in KNOWN_MODELS:
+        for suffix in NEUTRAL_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name = name[: -len(suffix)]
+                break
+        else:
+            return None
+    return name
+
+
+def known_model(name: str) -> tuple[int, str] | None:
+    """(parameters, input features) of a result name, or None when unknown."""
+    base = known_base(name)
+    return None if base is None else KNOWN_MODELS[base]
+
+
+def display_name(name: str) -> str:
+    """README row name of a result name: "FSRS-6-dry-run" → "FSRS-6 default param.", "Anki" → "Anki-SM-2
+    trainable", "FSRSv4" → "FSRS v4", "FSRS-6-binary-recency" → "FSRS-6 binary recency"; unknown names unchanged."""
+    if name in DISPLAY_NAMES:
+        return DISPLAY_NAMES[name]
+    words: list[str] = []
+    base = name
+    while base not in DISPLAY_NAMES:
+        for suffix, word in SUFFIX_WORDS.items():
+            if base.endswith(suffix) and len(base) > len(suffix):
+                base = base[: -len(suffix)]
+                words.insert(0, word)
+                break
+        else:
+            break
+    if not words:
+        return name
+    return " ".join([DISPLAY_NAMES.get(base, base)] + words)
+
 
 START_MARKER = "<!-- tables:start -->"
 END_MARKER = "<!-- tables:end -->"
@@ -387,13 +481,28 @@ def compute_table_cells(models: list[ModelResults], *, weighted: bool, n_resampl
 
 
 def parameter_label(m: ModelResults) -> str:
-    if m.name in KNOWN_MODELS:
-        return str(KNOWN_MODELS[m.name][0])
-    return str(m.n_params) if m.n_params is not None else "?"
+    """Known names: the README's count (KNOWN_MODELS), whatever the result's `parameters` list holds, except the
+    COUNT_FROM_RESULT names, whose list length is the count. Unknown names: the list length, or "?"."""
+    base = known_base(m.name)
+    if base is None or (base in COUNT_FROM_RESULT and m.n_params):
+        return str(m.n_params) if m.n_params is not None else "?"
+    return str(KNOWN_MODELS[base][0])
 
 
-def render_table(models: list[ModelResults], cells: dict[tuple[str, str], Cell]) -> str:
-    show_features = any(m.name in KNOWN_MODELS for m in models)
+def row_labels(models: list[ModelResults], display: bool = True) -> dict[str, str]:
+    """Table/plot label of each result name: upstream's README name (`display_name`), or the file name when
+    `display` is off or when two files would get the same README name (e.g. "FSRS-6-dry-run" and "FSRS-6-default")."""
+    labels = {m.name: display_name(m.name) if display else m.name for m in models}
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {name: (label if counts[label] == 1 else name) for name, label in labels.items()}
+
+
+def render_table(models: list[ModelResults], cells: dict[tuple[str, str], Cell],
+                 labels: dict[str, str] | None = None) -> str:
+    labels = labels or {}
+    show_features = any(known_model(m.name) for m in models)
     header = ["Model", "Parameters"] + [h for _, h, _ in METRICS] + (["Input features"] if show_features else [])
     best = {}
     for key, _, lower in METRICS:
@@ -413,15 +522,17 @@ def render_table(models: list[ModelResults], cells: dict[tuple[str, str], Cell])
             if best[key] is not None and cell.mean == best[key]:
                 text, any_best = f"**{text}**", True
             texts.append(text)
-        row = [f"**{m.name}**" if any_best else m.name, parameter_label(m)] + texts
+        label = labels.get(m.name, m.name)
+        row = [f"**{label}**" if any_best else label, parameter_label(m)] + texts
         if show_features:
-            row.append(KNOWN_MODELS.get(m.name, (None, ""))[1])
+            row.append((known_model(m.name) or (None, ""))[1])
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def build_tables(models: list[ModelResults], info: dict, *, n_resamples=9999, random_state=42,
-                 scales=("reviews", "users")) -> str:
+                 scales=("reviews", "users"), display: bool = True) -> str:
+    labels = row_labels(models, display)
     parts = [f"Total number of users: {format_int(info['users'])}.", "",
              f"Total number of reviews for evaluation: {format_int(info['reviews'])}.", "",
              "The tables show means and 99% confidence intervals (BCa bootstrap). The best result is in **bold**. "
@@ -430,8 +541,8 @@ def build_tables(models: list[ModelResults], info: dict, *, n_resamples=9999, ra
     for scale in scales:
         cells = compute_table_cells(models, weighted=(scale == "reviews"), n_resamples=n_resamples,
                                     random_state=random_state)
-        parts += [titles[scale], "", render_table(models, cells), ""]
-    if any(m.name in KNOWN_MODELS for m in models):
+        parts += [titles[scale], "", render_table(models, cells, labels), ""]
+    if any(known_model(m.name) for m in models):
         parts.append("Input features: " + "; ".join(f"{k} = {v}" for k, v in FEATURE_LEGEND.items()) + ".")
     return "\n".join(parts).rstrip() + "\n"
 
@@ -479,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bins", type=int, default=20, help="with --calibration: number of equal-width bins")
     p.add_argument("--n-resamples", type=int, default=9999, help="bootstrap resamples (upstream: 9999)")
     p.add_argument("--seed", type=int, default=42, help="bootstrap random_state (upstream: 42)")
+    p.add_argument("--file-names", dest="file_names", action="store_true",
+                   help="label table rows and plots with the result-file names (e.g. FSRS-6-dry-run, Anki) instead "
+                        "of upstream's README names (FSRS-6 default param., Anki-SM-2 trainable)")
     return p
 
 
@@ -508,7 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     print(note, file=sys.stderr)
 
     scales = ("reviews", "users") if args.scale == "both" else (args.scale,)
-    tables = build_tables(models, info, n_resamples=args.n_resamples, random_state=args.seed, scales=scales)
+    tables = build_tables(models, info, n_resamples=args.n_resamples, random_state=args.seed, scales=scales,
+                          display=not args.file_names)
     print(tables)
     if args.readme:
         try:
@@ -526,6 +641,8 @@ def main(argv: list[str] | None = None) -> int:
         logloss = np.stack([by_name[n].metrics["LogLoss"] for n in names], axis=1)
         keep = np.isfinite(logloss).all(axis=1)
         logloss = logloss[keep]
+        labels = row_labels(models, display=not args.file_names)
+        names = [labels[n] for n in names]
         if args.superiority:
             out = analysis.superiority_plot(logloss, names, args.plots)
             print(f"wrote {out}", file=sys.stderr)

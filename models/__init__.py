@@ -13,6 +13,7 @@ REGISTRY: dict[str, str] = {
     "FSRS-6": "models.fsrs6:FSRS6",
     "FSRS-4.5": "models.fsrs_v45:FSRS45",
     "FSRSv4": "models.fsrs_v4:FSRSv4",
+    "FSRS-rs": "models.fsrs_rs:FSRSRs",
     "AVG": "models.avg:AVG",
 }
 

@@ -300,3 +300,136 @@ def test_calibration_bins_by_hand():
     errs = np.array([-0.06, 0.45, -0.46])
     assert cal["mae"] == pytest.approx((2 * 0.06 + 0.45 + 2 * 0.46) / 5)
     assert cal["rmse"] == pytest.approx(math.sqrt(np.sum(np.array([2, 1, 2]) * errs**2) / 5))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# every row of upstream's tables: names under both eras, README row names, the Parameters column
+
+# README row → trainable parameters: spec §11 (README@00c9de57, weighted table), plus the rows of the older
+# (FSRS-5 era) and newer READMEs that §11 lists separately, and FSRS-5 disable_short_term (spec §1.3).
+PUBLISHED_PARAMETERS = {
+    "LSTM": 8869, "GRU-P-short": 297, "FSRS-6 recency": 21, "FSRS-rs": 21, "FSRS-6": 21, "FSRS-6 preset": 21,
+    "GRU-P": 297, "FSRS-6 binary": 17, "FSRS-5": 19, "FSRS-6 deck": 21, "FSRS-4.5": 17, "FSRS-6 pretrain": 4,
+    "FSRS v4": 17, "FSRS-6 default param.": 0, "DASH-short": 9, "DASH": 9, "DASH[MCM]": 9, "DASH[ACT-R]": 5,
+    "GRU": 39, "ACT-R": 5, "AVG": 0, "FSRS v3": 13, "FSRS v2": 14, "FSRS v1": 7, "Anki-SM-2 trainable": 7, "HLR": 3,
+    "HLR-short": 3, "SM-2 trainable": 6, "Ebisu v2": 0, "Anki-SM-2": 0, "SM-2-short": 0, "SM-2": 0,
+    "RMSE-BINS-EXPLOIT": 0,
+    # older README (FSRS-5 era)
+    "NN-17": 39, "Transformer": 127, "FSRS-5 binary": 15, "FSRS-5 default param.": 0, "FSRS-5 pretrain": 4,
+    "FSRS-5 recency": 19, "FSRS-5 preset": 19, "FSRS-5 deck": 19, "FSRS-5 disable_short_term": 17,
+    # newer README
+    "MOVING-AVG": 0,
+}
+SAME_NAME = ["GRU-P-short", "FSRS-rs", "FSRS-6", "GRU-P", "FSRS-5", "FSRS-4.5", "DASH-short", "DASH", "DASH[MCM]",
+             "DASH[ACT-R]", "GRU", "ACT-R", "AVG", "HLR", "HLR-short", "RMSE-BINS-EXPLOIT", "NN-17", "Transformer",
+             "MOVING-AVG"]
+SAME_IN_BOTH_ERAS = {name: name for name in SAME_NAME} | {
+    "FSRS-6 recency": "FSRS-6-recency", "FSRS-6 preset": "FSRS-6-preset", "FSRS-6 binary": "FSRS-6-binary",
+    "FSRS-6 deck": "FSRS-6-deck", "FSRS v4": "FSRSv4", "FSRS v3": "FSRSv3", "FSRS v2": "FSRSv2", "FSRS v1": "FSRSv1",
+    "Anki-SM-2 trainable": "Anki", "SM-2 trainable": "SM2-trainable", "Ebisu v2": "Ebisu-v2", "SM-2-short": "SM2-short",
+    "SM-2": "SM2", "FSRS-5 binary": "FSRS-5-binary", "FSRS-5 recency": "FSRS-5-recency",
+    "FSRS-5 preset": "FSRS-5-preset", "FSRS-5 deck": "FSRS-5-deck",
+    "FSRS-5 disable_short_term": "FSRS-5-disable_short_term",
+}
+# README row → result-file name in upstream's Era A (script.py --dry / --pretrain) and in srs-bench / Era B
+ERA_A = SAME_IN_BOTH_ERAS | {
+    "LSTM": "LSTM-short-secs-equalize_test_with_non_secs", "FSRS-6 pretrain": "FSRS-6-pretrain",
+    "FSRS-6 default param.": "FSRS-6-dry-run", "Anki-SM-2": "Anki-dry-run", "FSRS-5 default param.": "FSRS-5-dry-run",
+    "FSRS-5 pretrain": "FSRS-5-pretrain",
+}
+ERA_B = SAME_IN_BOTH_ERAS | {
+    "LSTM": "LSTM", "FSRS-6 pretrain": "FSRS-6-S0", "FSRS-6 default param.": "FSRS-6-default",
+    "Anki-SM-2": "Anki-default", "FSRS-5 default param.": "FSRS-5-default", "FSRS-5 pretrain": "FSRS-5-S0",
+}
+
+
+def stored_weights(name: str) -> int | None:
+    """How many floats a result line's `parameters` holds for this file, as upstream writes them: every FSRS row
+    stores its whole weight vector (also -dry-run, -pretrain and -binary), neural and untrained rows none."""
+    for prefix, n in (("FSRS-6", 21), ("FSRS-rs", 21), ("FSRS-5", 19), ("FSRS-4.5", 17), ("FSRSv4", 17),
+                      ("FSRSv3", 13), ("FSRSv2", 14), ("FSRSv1", 7), ("Anki", 7), ("SM2-trainable", 6),
+                      ("HLR", 3), ("DASH[ACT-R]", 5), ("DASH", 9), ("ACT-R", 5)):
+        if name.startswith(prefix):
+            return n
+    return None
+
+
+def write_named_results(folder: Path, names, weights=stored_weights):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in names:
+        n = weights(name)
+        with open(folder / f"{name}.jsonl", "w") as fh:
+            for user, size in ((1, 100), (2, 250), (3, 40)):
+                line = {"metrics": {"LogLoss": float(rng.uniform(0.2, 0.6)), "RMSE(bins)": 0.05, "AUC": 0.7},
+                        "user": user, "size": size}
+                if n is not None:
+                    line["parameters"] = {"0": [0.5] * n}
+                fh.write(json.dumps(line) + "\n")
+
+
+def table_rows(out: str) -> dict[str, list[str]]:
+    """First table of evaluate's output: row label (bold removed) → cells."""
+    lines = [line for line in out.split("### Unweighted")[0].splitlines() if line.startswith("| ")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("*")] = cells[1:]
+    return rows
+
+
+@pytest.mark.parametrize("era", [ERA_A, ERA_B], ids=["era-A", "era-B"])
+def test_parameters_column_equals_the_published_tables(tmp_path, capsys, era):
+    assert set(era) == set(PUBLISHED_PARAMETERS)
+    write_named_results(tmp_path, era.values())
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert set(rows) == set(PUBLISHED_PARAMETERS)  # README row names, one row per file
+    assert {label: int(cells[0]) for label, cells in rows.items()} == PUBLISHED_PARAMETERS
+    assert all(cells[-1] for cells in rows.values())  # every row has its input features
+
+
+def test_both_eras_map_to_the_same_counts_and_features():
+    for label in PUBLISHED_PARAMETERS:
+        assert evaluate.known_model(ERA_A[label]) == evaluate.known_model(ERA_B[label]) is not None, label
+        assert evaluate.display_name(ERA_A[label]) == evaluate.display_name(ERA_B[label]) == label
+
+
+def test_anki_is_the_trainable_row():
+    assert evaluate.known_model("Anki")[0] == 7
+    assert evaluate.known_model("Anki-dry-run")[0] == evaluate.known_model("Anki-default")[0] == 0
+    assert evaluate.display_name("Anki") == "Anki-SM-2 trainable"
+    assert evaluate.display_name("Anki-dry-run") == evaluate.display_name("Anki-default") == "Anki-SM-2"
+
+
+def test_known_names_win_over_the_stored_list_length(tmp_path, capsys):
+    # -S0 and -default store 21 weights, -binary 21: the README counts 4, 0, 17. Era A's FSRS-rs (the FSRS-5 port)
+    # stored 19 weights, all trained: for that name the list length is the count.
+    write_named_results(tmp_path, ["FSRS-6-S0", "FSRS-6-default", "FSRS-6-binary", "FSRS-rs"],
+                        weights=lambda name: 19 if name == "FSRS-rs" else 21)
+    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews"])
+    rows = table_rows(capsys.readouterr().out)
+    assert {k: v[0] for k, v in rows.items()} == {"FSRS-6 pretrain": "4", "FSRS-6 default param.": "0",
+                                                  "FSRS-6 binary": "17", "FSRS-rs": "19"}
+
+
+def test_srs_bench_suffix_combinations():
+    assert evaluate.known_model("FSRS-6-binary-recency") == evaluate.known_model("FSRS-6-binary")
+    assert evaluate.known_model("FSRS-6-default-preset")[0] == 0
+    assert evaluate.known_model("FSRS-6-recency-upstream-trainer-deck")[0] == 21
+    assert evaluate.known_model("FSRS-rs-recency")[0] == 21
+    assert evaluate.known_model("Mystery-recency") is None
+    assert evaluate.display_name("FSRS-6-binary-recency") == "FSRS-6 binary recency"
+    assert evaluate.display_name("FSRS-6-upstream-trainer") == "FSRS-6 upstream trainer"
+    assert evaluate.display_name("FSRS-6-default-deck") == "FSRS-6 default param. deck"
+    assert evaluate.display_name("Mystery") == "Mystery"
+
+
+def test_file_names_flag_and_colliding_labels(tmp_path, capsys):
+    write_named_results(tmp_path, ["FSRS-6-dry-run", "FSRS-6-default", "FSRSv4"])
+    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews"])
+    rows = table_rows(capsys.readouterr().out)
+    # two files would both read "FSRS-6 default param.": they keep their file names
+    assert set(rows) == {"FSRS-6-dry-run", "FSRS-6-default", "FSRS v4"}
+    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews", "--file-names"])
+    assert set(table_rows(capsys.readouterr().out)) == {"FSRS-6-dry-run", "FSRS-6-default", "FSRSv4"}
