@@ -15,6 +15,10 @@ REGISTRY: dict[str, str] = {
     "FSRSv4": "models.fsrs_v4:FSRSv4",
     "FSRS-rs": "models.fsrs_rs:FSRSRs",
     "AVG": "models.avg:AVG",
+    "SM2": "models.sm2:SM2",
+    "Ebisu-v2": "models.ebisu_v2:EbisuV2",
+    "RMSE-BINS-EXPLOIT": "models.baselines:RMSEBinsExploit",
+    "MOVING-AVG": "models.baselines:MovingAvg",
 }
 
 

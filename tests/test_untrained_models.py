@@ -1,0 +1,271 @@
+"""Untrained upstream rows: SM2 (-short), Ebisu-v2, RMSE-BINS-EXPLOIT, MOVING-AVG.
+
+Expected values come from hand computation, from the `ebisu` package (an independent implementation of Ebisu v2)
+or from the straightforward single online pass upstream runs, never from the models' own outputs; the upstream-check
+users must reproduce upstream's own per-user sizes and metrics to 1e-6.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import ebisu
+import numpy as np
+import pandas as pd
+import pytest
+
+import models
+from config import RunConfig
+from data_loader import load_revlogs
+from features import FeatureConfig, build_features
+from models.base import ReviewData
+from models.baselines import MovingAvg, RMSEBinsExploit, _exploit, first_test_candidates
+from models.ebisu_v2 import EbisuV2, update_recall
+from models.sm2 import SM2, upstream_card_join_mask
+from runner import evaluate_user, read_results, run
+from revlog_factory import make_revlog, write_user
+from split import time_series_folds
+
+REPO = Path(__file__).resolve().parents[1]
+UPSTREAM_CHECK = Path("/work/shared/data/upstream-check")
+if not UPSTREAM_CHECK.exists():
+    UPSTREAM_CHECK = REPO.parent / "shared" / "data" / "upstream-check"
+METRICS = ("RMSE", "LogLoss", "RMSE(bins)", "AUC", "ICI")
+
+
+def one_card(ratings, deltas, target_ts):
+    """ReviewData for one card with reviews (deltas[k], ratings[k]) and one target row per entry of target_ts:
+    the target at position k reads the first k reviews (k = 1..len(ratings)) and waits target_ts[k-1] days."""
+    seq_dt = np.asarray(deltas, dtype=np.float64)
+    seq_r = np.asarray(ratings, dtype=np.int8)
+    k = np.arange(1, len(target_ts) + 1)
+    rows = pd.DataFrame({"seq_start": 0, "seq_pos": k, "delta_t": np.asarray(target_ts, dtype=np.float64),
+                         "y": 1, "card_id": 0})
+    # the target at position k is review k of the same card when it exists
+    return ReviewData(rows, np.concatenate([seq_dt, [0.0]]), np.concatenate([seq_r, [3]]).astype(np.int8))
+
+
+# ---------------------------------------------------------------------------------------------------------- SM-2
+
+@pytest.mark.parametrize("ratings, intervals", [
+    # Again: ivl 1, EF 2.5+0.1-0.42 = 2.18; Good: reps 0 -> 1; Easy: reps 1 -> 6, EF 2.28; Hard: 6*2.28 = 13.68 -> 14
+    ([1, 3, 4, 2], [1, 1, 6, 14]),
+    # Easy x4: EF 2.6, 2.7, 2.8, ...; 6*2.7 = 16.2 -> 16 (rounded); 16*2.8 = 44.8 -> 45 (unrounded 16.2*2.8 = 45.4)
+    ([4, 4, 4, 4], [1, 6, 16, 45]),
+    # four Agains floor EF at 1.3 (2.18, 1.86, 1.54, 1.22 -> 1.3); then 1, 6, 6*1.3 = 7.8 -> 8
+    ([1, 1, 1, 1, 3, 3, 3], [1, 1, 1, 1, 1, 6, 8]),
+])
+def test_sm2_intervals_by_hand(ratings, intervals):
+    t = [3.0] * len(ratings)
+    p = SM2().predict(one_card(ratings, [0] + [5] * (len(ratings) - 1), t))
+    assert p == pytest.approx([0.9 ** (3.0 / ivl) for ivl in intervals], rel=1e-12)
+
+
+def test_sm2_ignores_intervals():
+    a = SM2().predict(one_card([3, 3, 3], [0, 1, 1], [10, 10, 10]))
+    b = SM2().predict(one_card([3, 3, 3], [0, 50, 400], [10, 10, 10]))
+    assert np.array_equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------------------- Ebisu v2
+
+def ebisu_reference(ratings, deltas, tnow):
+    """Upstream's ebisu_v2 + predictRecall(exact=True), with the package."""
+    model = ebisu.defaultModel(512, 0.2, 0.2)
+    for t, g in zip(deltas, ratings):
+        model = ebisu.updateRecall(model, successes=1 if g > 1 else 0, total=1, tnow=max(t, 0.001))
+    return model, ebisu.predictRecall(model, tnow, exact=True)
+
+
+@pytest.mark.parametrize("ratings, deltas", [
+    ([3, 3, 3, 3], [0, 1, 4, 12]),
+    ([1, 3, 1, 4], [0, 2, 7, 3]),  # first-review failure (the t = 0 quiz at 0.001 days), lapses
+    ([4, 2, 3], [0, 30, 200]),
+    ([3, 1, 1, 1], [5, 1, 1, 1]),  # a card whose first kept review has an interval
+])
+def test_ebisu_matches_package(ratings, deltas):
+    targets = [1.0, 6.0, 20.0, 90.0][:len(ratings)]
+    p = EbisuV2().predict(one_card(ratings, deltas, targets))
+    for k in range(1, len(ratings) + 1):
+        _, ref = ebisu_reference(ratings[:k], deltas[:k], targets[k - 1])
+        assert p[k - 1] == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+def test_ebisu_update_kernel_against_package():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        ours = ref = ebisu.defaultModel(512, 0.2, 0.2)
+        for k in range(int(rng.integers(1, 25))):
+            t = 0 if k == 0 else float(rng.choice([0.5, 1, 2, 3, 7, 15, 40, 120, 500]))
+            s = int(rng.random() < (0.6 if k == 0 else 0.85))
+            ref = ebisu.updateRecall(ref, s, 1, max(t, 0.001))
+            a, b, tb, ok = update_recall(*ours, s == 1, max(t, 0.001))
+            assert ok
+            ours = (a, b, tb)
+            assert ours == pytest.approx(ref, rel=1e-9)
+    # the package's log-domain branch (alpha > 400 and beta > 400)
+    for s in (0, 1):
+        ref = ebisu.updateRecall((500.0, 450.0, 10.0), s, 1, 3.0)
+        a, b, tb, ok = update_recall(500.0, 450.0, 10.0, s == 1, 3.0)
+        assert ok and (a, b, tb) == pytest.approx(ref, rel=1e-9)
+
+
+def test_ebisu_states_shared_across_calls():
+    """Predicting a card's targets in pieces (later folds continuing earlier ones) gives the one-call answer."""
+    ratings, deltas = [3, 1, 3, 4, 3, 2], [0, 3, 1, 5, 14, 30]
+    data = one_card(ratings, deltas, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    whole = EbisuV2().predict(data)
+    parts = [EbisuV2().predict(data.subset(np.array(ix))) for ix in ([3, 4], [0], [5, 1, 2])]
+    assert np.allclose(np.concatenate(parts), whole[[3, 4, 0, 5, 1, 2]], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------ online baselines
+
+def test_exploit_by_hand():
+    # one bin, y = 1, 0, 1, 1: 0.5 (nothing seen); clip(1+1-0)=1; clip(1+0.5-1)=0.5; clip(2+2/3-1.5)=1
+    p = _exploit(np.zeros(4, np.int64), np.array([1.0, 0.0, 1.0, 1.0]), 1, 0)
+    assert p.tolist() == [0.5, 1.0, 0.5, 1.0]
+    # two bins: the second bin's first row gets clip(0 + mean - 0)
+    p = _exploit(np.array([0, 0, 1]), np.array([1.0, 0.0, 1.0]), 2, 1)
+    assert p.tolist() == [1.0, 0.5]
+
+
+def test_moving_avg_by_hand():
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    x, expect = 1.2, []
+    for y in (1, 0, 1, 1):
+        expect.append(sig(x))
+        x = x + 0.3 * (1 - sig(x)) if y else x - 0.3 * sig(x)
+    rows = pd.DataFrame({"y": [1, 0, 1, 1]})
+    data = ReviewData(rows, np.zeros(0), np.zeros(0, np.int8))
+    m = MovingAvg().fit(data.subset(np.array([0, 1])))
+    assert m.predict(data.subset(np.array([2, 3]))) == pytest.approx(expect[2:], rel=1e-12)
+    assert MovingAvg().fit(data.subset(np.array([], dtype=int))).predict(data) == pytest.approx(expect, rel=1e-12)
+
+
+def upstream_online(rows: pd.DataFrame, first: int, model: str) -> list[float]:
+    """Upstream's single pass over all rows (dict of bins keyed like utils.get_bin), predictions from `first`."""
+    out = []
+    if model == "MOVING-AVG":
+        x = 1.2
+        for k, y in enumerate(rows["y"]):
+            if k >= first:
+                out.append(1 / (1 + math.exp(-x)))
+            x = x + 0.3 / (math.exp(x) + 1) if y == 1 else x - 0.3 * math.exp(x) / (math.exp(x) + 1)
+        return out
+    state, succ, seen = {}, 0, 0
+    for k in range(first, len(rows)):
+        lapse, dt, i, y = (rows[c].iat[k] for c in ("rmse_bins_lapse", "delta_t", "i", "y"))
+        key = (0 if lapse == 0 else round(1.65 * 1.73 ** math.floor(math.log(lapse) / math.log(1.73))),
+               round(2.48 * 3.62 ** math.floor(math.log(dt) / math.log(3.62)), 2),
+               round(1.99 * 1.89 ** math.floor(math.log(i) / math.log(1.89))))
+        if seen == 0:
+            p = 0.5
+        else:
+            ps, ts = state.get(key, (0.0, 0))
+            p = min(max(ts + succ / seen - ps, 0.0), 1.0)
+            state[key] = (ps + p, ts)
+        ps, ts = state.get(key, (0.0, 0))
+        state[key] = (ps, ts + y)
+        succ, seen = succ + y, seen + 1
+        out.append(p)
+    return out
+
+
+@pytest.fixture(scope="module")
+def embedded_user1():
+    return build_features(load_revlogs(REPO / "data" / "embedded", 1), FeatureConfig())
+
+
+@pytest.mark.parametrize("model", ["RMSE-BINS-EXPLOIT", "MOVING-AVG"])
+@pytest.mark.parametrize("n", [None, 7, 20, 35, 36, 41])
+def test_online_models_equal_one_upstream_pass(embedded_user1, model, n):
+    data = embedded_user1 if n is None else embedded_user1.subset(np.arange(n))
+    folds = time_series_folds(len(data))
+    cls = RMSEBinsExploit if model == "RMSE-BINS-EXPLOIT" else MovingAvg
+    p = []
+    for train_idx, test_idx in folds:
+        p.extend(cls(RunConfig(algo=model)).fit(data.subset(train_idx)).predict(data.subset(test_idx)))
+    first = len(folds[0][0])
+    assert p == pytest.approx(upstream_online(data.rows, first, model), abs=1e-12)
+
+
+def test_first_test_index_arithmetic():
+    for n in range(6, 200):
+        folds = time_series_folds(n)
+        first = len(folds[0][0])
+        for train_idx, test_idx in folds:
+            cands = first_test_candidates(len(train_idx), len(test_idx), 5)
+            assert first in cands
+            if n >= 36:
+                assert cands == [first]
+
+
+def test_online_models_refuse_partitions():
+    with pytest.raises(ValueError, match="partitions"):
+        RMSEBinsExploit(RunConfig(algo="RMSE-BINS-EXPLOIT", partitions="deck"))
+
+
+# --------------------------------------------------------------------------------------- upstream's card-join quirk
+
+def test_card_join_mask():
+    cards = pd.DataFrame({"card_id": [0, 1, 2, 3], "note_id": [0, 1, 2, 3], "deck_id": [10, 10, 11, 12]})
+    decks = pd.DataFrame({"deck_id": [10, 11, 12], "parent_id": [-1, -1, np.nan], "preset_id": [0, np.nan, 0]})
+    # card 4: not in cards; card 3: its deck's parent_id is NaN; card 2: NaN preset_id is filled with -1 upstream
+    keep = upstream_card_join_mask(np.array([0, 1, 2, 3, 4, 0]), cards, decks)
+    assert keep.tolist() == [True, True, True, False, False, True]
+    decks = decks.iloc[:2]  # deck 12 missing altogether
+    assert upstream_card_join_mask(np.array([3]), cards, decks).tolist() == [False]
+
+
+def test_runner_restricts_sm2_targets(tmp_path):
+    rng = np.random.default_rng(3)
+    cards_reviews = []
+    for _ in range(30):
+        day, revs = int(rng.integers(0, 10)), []
+        for k in range(5):
+            revs.append((day, int(rng.choice([1, 3], p=[0.2, 0.8]))))
+            day += 2 ** k
+        cards_reviews.append(revs)
+    revlog = make_revlog(cards_reviews)
+    cards = pd.DataFrame({"card_id": np.arange(25), "note_id": np.arange(25), "deck_id": 0})  # cards 25-29 missing
+    write_user(tmp_path, 1, revlog, cards, pd.DataFrame({"deck_id": [0], "parent_id": [-1], "preset_id": [0]}))
+    sizes = {}
+    for algo in ("AVG", "SM2", "Ebisu-v2"):
+        out = evaluate_user(1, RunConfig(algo=algo, processes=1), tmp_path)
+        assert out.error is None, out.error
+        sizes[algo] = out.record["size"]
+    data = build_features(revlog, FeatureConfig())
+    kept = int(data.rows["card_id"].lt(25).sum())
+    assert sizes["AVG"] == 5 * (len(data) // 6)
+    assert sizes["SM2"] == sizes["Ebisu-v2"] == 5 * (kept // 6) < sizes["AVG"]
+
+
+# ---------------------------------------------------------------------------------------------- upstream-check
+
+@pytest.mark.skipif(not UPSTREAM_CHECK.exists(), reason="upstream-check data not available")
+@pytest.mark.parametrize("algo", ["SM2", "Ebisu-v2", "RMSE-BINS-EXPLOIT"])
+def test_upstream_check_exact(algo):
+    expected = json.loads((UPSTREAM_CHECK / "upstream-results.json").read_text())[algo]
+    for user, ref in expected.items():
+        out = evaluate_user(int(user), RunConfig(algo=algo, processes=1), UPSTREAM_CHECK)
+        assert out.error is None and out.record is not None, out.error
+        assert out.record["size"] == ref["size"], (user, out.record["size"], ref["size"])
+        for m in METRICS:
+            assert out.record["metrics"][m] == pytest.approx(ref["metrics"][m], abs=1.01e-6), (user, m)
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+@pytest.mark.parametrize("algo, short", [("MOVING-AVG", False), ("SM2", True)])
+def test_end_to_end_embedded(tmp_path, algo, short):
+    cfg = RunConfig(algo=algo, short=short, data=None, processes=1, result_dir=tmp_path / "result",
+                    raw_dir=tmp_path / "raw", evaluation_dir=tmp_path / "evaluation", quiet=True)
+    assert algo in models.REGISTRY
+    summary = run(cfg)
+    assert summary.exit_code == 0 and summary.done >= 3
+    lines, bad = read_results(tmp_path / "result" / f"{cfg.name}.jsonl")
+    assert bad == 0 and len(lines) == summary.done
+    assert cfg.name == (f"{algo}-short" if short else algo)
+    for line in lines:
+        assert line["size"] > 0 and math.isfinite(line["metrics"]["LogLoss"])
