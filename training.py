@@ -3,7 +3,9 @@ pipeline.md §6.1).
 
 What it reproduces, rule by rule:
 - training rows whose history is longer than `max_seq_len` are dropped (none left: InadequateData);
-- the rest are stably sorted by history length and cut into consecutive batches of `batch_size`, each padded with
+- the rest are sorted by history length (stable sort: fsrs-optimizer >= 6, upstream's FSRS-6 runs; numpy's default
+  quicksort: fsrs-optimizer 5.x / January-2025 `other.py`, whose pandas `sort_values` was not stable; the model
+  picks, see `sort_kind`) and cut into consecutive batches of `batch_size`, each padded with
   zeros to its own longest history;
 - the ORDER of the batches is shuffled every epoch by `torch.randperm` on one generator seeded 2023 for the run;
   the global torch seed is 42;
@@ -101,14 +103,14 @@ def pad_histories(seq_delta_t: np.ndarray, seq_rating: np.ndarray, starts: np.nd
 
 
 def make_batches(data: ReviewData, weights: np.ndarray, batch_size: int, max_seq_len: int,
-                 dtype: torch.dtype = torch.float32) -> list[Batch]:
+                 dtype: torch.dtype = torch.float32, sort_kind: str = "stable") -> list[Batch]:
     """Upstream's BatchDataset: drop rows with history > max_seq_len, stable-sort by length, cut, pad per batch."""
     rows = data.rows
     lengths = rows["seq_pos"].to_numpy(np.int64)
     keep = np.flatnonzero(lengths <= max_seq_len)
     if len(keep) == 0:
         raise InadequateData("every training row's history is longer than max_seq_len")
-    order = keep[np.argsort(lengths[keep], kind="stable")]
+    order = keep[np.argsort(lengths[keep], kind=sort_kind)]
     starts = rows["seq_start"].to_numpy(np.int64)
     delta_t = rows["delta_t"].to_numpy(np.float64)
     y = rows["y"].to_numpy(np.float64)
@@ -141,13 +143,13 @@ def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
     return float(loss)
 
 
-def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2,
+def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort_kind: str = "stable",
           dtype: torch.dtype = torch.float32) -> TrainResult:
     """Train `module` in place on `data` (rows in time order); on return it holds the best-epoch weights."""
     if len(data) == 0:
         raise InadequateData("no training rows")
     weights = recency_weights(len(data)) if getattr(cfg, "recency", False) else np.ones(len(data))
-    batches = make_batches(data, weights, cfg.batch_size, cfg.max_seq_len, dtype)
+    batches = make_batches(data, weights, cfg.batch_size, cfg.max_seq_len, dtype, sort_kind)
     n = sum(len(b) for b in batches)
     n_epoch = int(cfg.n_epoch)
 

@@ -76,6 +76,10 @@ class SeqModel(Model):
     frozen: tuple[int, ...] = ()  # indices whose gradient is zeroed during training
     lr: float = 4e-2
     torch_dtype = torch.float32
+    # Order of equal-length rows in the upstream-style trainer's batches: the upstream-check numbers of every
+    # `other.py` model (January 2025) come from a pandas sort that was not stable (numpy quicksort); with it the
+    # upstream-style trainer reproduces them to the 6th decimal (tests/test_fsrs_v123.py).
+    batch_sort: str = "quicksort"
 
     def __init__(self, cfg=None):
         if cfg is None:
@@ -121,7 +125,7 @@ class SeqModel(Model):
         else:
             net = self.torch_net(w_init, mask)
             data = train if keep is None else train.subset(keep)
-            training.train(net, data, self.cfg, lr=self.lr, dtype=self.torch_dtype)
+            training.train(net, data, self.cfg, lr=self.lr, sort_kind=self.batch_sort, dtype=self.torch_dtype)
             w = net.w.detach().double().numpy()
         self.w = [float(x) for x in w]
         return self

@@ -1,0 +1,150 @@
+"""FSRS v2 (14 parameters, spec models.md §1.9) on the shared engine.
+
+State (S, D). Curve R = 0.9^{t/S}. First review (grade G):
+  S = w0·(w1·(G−1) + 1)             D = clamp(w2·(w3·(G−4) + 1), 1, 10)
+Later review (elapsed t, R = 0.9^{t/S}); the NEW difficulty is computed first and used by the stability update:
+  D' = clamp(w5·w2·(1 − w3) + (1−w5)·(D + w4·(G−3)), 1, 10)     (reversion towards D0 of a Good first review)
+  recall (G > 1): S' = S·(1 + e^{w6}·D'^{w7}·S^{w8}·(e^{w9(1−R)} − 1))
+  lapse  (G = 1): S' = w10·D'^{w11}·S^{w12}·(e^{w13(1−R)} − 1)
+S (at the first review too) is clamped to [0.01, 36500].
+
+Upstream: srs-benchmark models/fsrs_v2.py@0c5f44bd / @24ac3c3a and the monolithic other.py of January 2025 (the
+code behind data/upstream-check): same first-review detection, clamps and training as FSRS v3 (see fsrs_v3.py),
+including the 4-decimal rounding of the trained weights before prediction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from numba import njit
+
+from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
+
+N_STATE = 2
+
+
+@njit(cache=True)
+def init(w, g, t, out):
+    out[0] = min(max(w[0] * (w[1] * (g - 1) + 1.0), S_MIN), S_MAX)
+    out[1] = min(max(w[2] * (w[3] * (g - 4) + 1.0), 1.0), 10.0)
+
+
+@njit(cache=True)
+def init_vjp(w, g, t, state, gstate, gw):
+    f = w[1] * (g - 1) + 1.0
+    s0 = w[0] * f
+    if S_MIN <= s0 <= S_MAX:
+        gw[0] += gstate[0] * f
+        gw[1] += gstate[0] * w[0] * (g - 1)
+    h = w[3] * (g - 4) + 1.0
+    d0 = w[2] * h
+    if 1.0 <= d0 <= 10.0:
+        gw[2] += gstate[1] * h
+        gw[3] += gstate[1] * w[2] * (g - 4)
+
+
+@njit(cache=True, inline="always")
+def _new_d(w, d, g):
+    """Unclamped D' before the clamp, the reversion target w2·(1−w3), and D + w4·(G−3)."""
+    dp = d + w[4] * (g - 3)
+    target = w[2] * (1.0 - w[3])
+    return w[5] * target + (1.0 - w[5]) * dp, target, dp
+
+
+@njit(cache=True)
+def step(w, prev, t, g, out):
+    s = prev[0]
+    dm, _, _ = _new_d(w, prev[1], g)
+    nd = min(max(dm, 1.0), 10.0)
+    r = exp_curve(s, t)
+    if g > 1:
+        ns = s * (1.0 + math.exp(w[6]) * nd ** w[7] * s ** w[8] * (math.exp(w[9] * (1.0 - r)) - 1.0))
+    else:
+        ns = w[10] * nd ** w[11] * s ** w[12] * (math.exp(w[13] * (1.0 - r)) - 1.0)
+    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[1] = nd
+
+
+@njit(cache=True)
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    s = prev[0]
+    dm, target, dp = _new_d(w, prev[1], g)
+    nd = min(max(dm, 1.0), 10.0)
+    r = exp_curve(s, t)
+    gs_prev = 0.0
+    gnd = gnew[1]
+    if g > 1:
+        c = math.exp(w[6]) * nd ** w[7] * s ** w[8]
+        e9 = math.exp(w[9] * (1.0 - r))
+        a = c * (e9 - 1.0)
+        ns = s * (1.0 + a)
+        if S_MIN <= ns <= S_MAX:
+            gs = gnew[0]
+            gs_prev += gs * (1.0 + (1.0 + w[8]) * a - s * c * e9 * w[9] * exp_curve_ds(r, s, t))
+            gnd += gs * s * w[7] * a / nd
+            gw[6] += gs * s * a
+            gw[7] += gs * s * a * math.log(nd)
+            gw[8] += gs * s * a * math.log(s)
+            gw[9] += gs * s * c * e9 * (1.0 - r)
+    else:
+        c = nd ** w[11] * s ** w[12]
+        e13 = math.exp(w[13] * (1.0 - r))
+        ns = w[10] * c * (e13 - 1.0)
+        if S_MIN <= ns <= S_MAX:
+            gs = gnew[0]
+            gs_prev += gs * (w[12] * ns / s - w[10] * c * e13 * w[13] * exp_curve_ds(r, s, t))
+            gnd += gs * w[11] * ns / nd
+            gw[10] += gs * c * (e13 - 1.0)
+            gw[11] += gs * ns * math.log(nd)
+            gw[12] += gs * ns * math.log(s)
+            gw[13] += gs * w[10] * c * e13 * (1.0 - r)
+    gd_prev = 0.0
+    if 1.0 <= dm <= 10.0:
+        gw[5] += gnd * (target - dp)
+        gw[2] += gnd * w[5] * (1.0 - w[3])
+        gw[3] -= gnd * w[5] * w[2]
+        gw[4] += gnd * (1.0 - w[5]) * (g - 3)
+        gd_prev = gnd * (1.0 - w[5])
+    gprev[0] = gs_prev
+    gprev[1] = gd_prev
+
+
+@njit(cache=True)
+def curve(w, state, t):
+    return exp_curve(state[0], t)
+
+
+@njit(cache=True)
+def curve_vjp(w, state, t, gp, gstate, gw):
+    gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
+
+
+# ---------------------------------------------------------------------------------------- torch (upstream trainer)
+
+def torch_init(w, g, t):
+    s = (w[0] * (w[1] * (g - 1) + 1)).clamp(S_MIN, S_MAX)
+    d = (w[2] * (w[3] * (g - 4) + 1)).clamp(1, 10)
+    return s, d
+
+
+def torch_step(w, state, t, g):
+    s, d = state
+    r = torch_exp_curve(t, s)
+    nd = (w[5] * (w[2] * (1 - w[3])) + (1 - w[5]) * (d + w[4] * (g - 3))).clamp(1, 10)
+    s_recall = s * (1 + torch.exp(w[6]) * nd.pow(w[7]) * s.pow(w[8]) * (torch.exp((1 - r) * w[9]) - 1))
+    s_lapse = w[10] * nd.pow(w[11]) * s.pow(w[12]) * (torch.exp((1 - r) * w[13]) - 1)
+    return torch.where(g > 1, s_recall, s_lapse).clamp(S_MIN, S_MAX), nd
+
+
+def torch_curve(w, state, t):
+    return torch_exp_curve(t, state[0])
+
+
+class FSRSv2(FSRSLegacy):
+    name = "FSRSv2"
+    kernels = "models.fsrs_v2"
+    default_w = [1, 1, 1, -1, -1, 0.2, 3, -0.8, -0.2, 1.3, 2.6, -0.2, 0.6, 1.5]
+    lower = [0.1, 0.01, 1, -10, -10, 0, 0, -2, -2, 0.01, 0, -2, 0.01, 0.01]
+    upper = [10, 10, 10, -0.01, -0.01, 1, 5, -0.01, -0.01, 2, 5, -0.01, 1, 2]

@@ -1,0 +1,191 @@
+"""FSRS v3 (13 parameters, spec models.md §1.8) on the shared engine, plus what v1–v3 share (`FSRSLegacy`).
+
+State (S, D). Curve R = 0.9^{t/S}. First review (grade G):
+  S = w0 + w1·(G−1)                 D = clamp(w2 + w3·(G−3), 1, 10)
+Later review (elapsed t, R = 0.9^{t/S}); the NEW difficulty is computed first and used by the stability update:
+  D' = clamp(w5·w2 + (1−w5)·(D + w4·(G−3)), 1, 10)
+  recall (G > 1): S' = S·(1 + e^{w6}·(11 − D')·S^{w7}·(e^{w8(1−R)} − 1))
+  lapse  (G = 1): S' = w9·D'^{w10}·S^{w11}·e^{w12(1−R)}
+S (at the first review too) is clamped to [0.01, 36500].
+
+Upstream (srs-benchmark models/fsrs_v3.py@24ac3c3a, and the monolithic other.py of January 2025 that produced
+data/upstream-check): `FSRS3.step` treats an all-zero batch state as "first review" (always and only the first
+step, since S ≥ 0.01 afterwards), clamps D inside both branches and S after them, with s_min = 0.01,
+s_max = 36500. Training: no S0 initialisation, every row, Adam 4e-2 with cosine schedule, 5 epochs, batch 512,
+no L2 prior (weight decay is ignored by plain Adam).
+
+Upstream quirk reproduced (all three versions): the trained weights are returned through the model's
+`state_dict()`, which rounds every weight to 4 decimals, and the test predictions use those rounded weights
+(`FSRSLegacy.ROUND_DIGITS`). The checkpoint is still chosen on the unrounded weights' training loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from numba import njit
+
+from models.seq_model import SeqModel
+
+S_MIN = 0.01
+S_MAX = 36500.0
+LN09 = math.log(0.9)
+N_STATE = 2
+
+
+# ---------------------------------------------------------------------------------------- shared helpers (numba)
+
+@njit(cache=True, inline="always")
+def exp_curve(s, t):
+    """R = 0.9^{t/S}."""
+    return math.exp(LN09 * t / s)
+
+
+@njit(cache=True, inline="always")
+def exp_curve_ds(r, s, t):
+    """dR/dS of 0.9^{t/S}."""
+    return -r * LN09 * t / (s * s)
+
+
+# ---------------------------------------------------------------------------------------- v3 kernels (numba)
+
+@njit(cache=True)
+def init(w, g, t, out):
+    out[0] = min(max(w[0] + w[1] * (g - 1), S_MIN), S_MAX)
+    out[1] = min(max(w[2] + w[3] * (g - 3), 1.0), 10.0)
+
+
+@njit(cache=True)
+def init_vjp(w, g, t, state, gstate, gw):
+    s0 = w[0] + w[1] * (g - 1)
+    if S_MIN <= s0 <= S_MAX:
+        gw[0] += gstate[0]
+        gw[1] += gstate[0] * (g - 1)
+    d0 = w[2] + w[3] * (g - 3)
+    if 1.0 <= d0 <= 10.0:
+        gw[2] += gstate[1]
+        gw[3] += gstate[1] * (g - 3)
+
+
+@njit(cache=True, inline="always")
+def _new_d(w, d, g):
+    """Unclamped w5·w2 + (1−w5)·(D + w4·(G−3)) and the same before mean reversion."""
+    dp = d + w[4] * (g - 3)
+    return w[5] * w[2] + (1.0 - w[5]) * dp, dp
+
+
+@njit(cache=True)
+def step(w, prev, t, g, out):
+    s = prev[0]
+    dm, _ = _new_d(w, prev[1], g)
+    nd = min(max(dm, 1.0), 10.0)
+    r = exp_curve(s, t)
+    if g > 1:
+        ns = s * (1.0 + math.exp(w[6]) * (11.0 - nd) * s ** w[7] * (math.exp(w[8] * (1.0 - r)) - 1.0))
+    else:
+        ns = w[9] * nd ** w[10] * s ** w[11] * math.exp(w[12] * (1.0 - r))
+    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[1] = nd
+
+
+@njit(cache=True)
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    s = prev[0]
+    dm, dp = _new_d(w, prev[1], g)
+    nd = min(max(dm, 1.0), 10.0)
+    r = exp_curve(s, t)
+    gs_prev = 0.0
+    gnd = gnew[1]
+    if g > 1:
+        e6 = math.exp(w[6])
+        pw = s ** w[7]
+        e8 = math.exp(w[8] * (1.0 - r))
+        a = e6 * (11.0 - nd) * pw * (e8 - 1.0)
+        ns = s * (1.0 + a)
+        if S_MIN <= ns <= S_MAX:
+            gs = gnew[0]
+            dns_dr = -s * e6 * (11.0 - nd) * pw * e8 * w[8]
+            gs_prev += gs * (1.0 + (1.0 + w[7]) * a + dns_dr * exp_curve_ds(r, s, t))
+            gnd += gs * (-s * e6 * pw * (e8 - 1.0))
+            gw[6] += gs * s * a
+            gw[7] += gs * s * a * math.log(s)
+            gw[8] += gs * s * e6 * (11.0 - nd) * pw * e8 * (1.0 - r)
+    else:
+        base = nd ** w[10] * s ** w[11] * math.exp(w[12] * (1.0 - r))
+        ns = w[9] * base
+        if S_MIN <= ns <= S_MAX:
+            gs = gnew[0]
+            gs_prev += gs * (w[11] * ns / s - w[12] * ns * exp_curve_ds(r, s, t))
+            gnd += gs * w[10] * ns / nd
+            gw[9] += gs * base
+            gw[10] += gs * ns * math.log(nd)
+            gw[11] += gs * ns * math.log(s)
+            gw[12] += gs * ns * (1.0 - r)
+    gd_prev = 0.0
+    if 1.0 <= dm <= 10.0:
+        gw[5] += gnd * (w[2] - dp)
+        gw[2] += gnd * w[5]
+        gw[4] += gnd * (1.0 - w[5]) * (g - 3)
+        gd_prev = gnd * (1.0 - w[5])
+    gprev[0] = gs_prev
+    gprev[1] = gd_prev
+
+
+@njit(cache=True)
+def curve(w, state, t):
+    return exp_curve(state[0], t)
+
+
+@njit(cache=True)
+def curve_vjp(w, state, t, gp, gstate, gw):
+    gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
+
+
+# ---------------------------------------------------------------------------------------- torch (upstream trainer)
+
+def torch_exp_curve(t, s):
+    return 0.9 ** (t / s)
+
+
+def torch_init(w, g, t):
+    s = (w[0] + w[1] * (g - 1)).clamp(S_MIN, S_MAX)
+    d = (w[2] + w[3] * (g - 3)).clamp(1, 10)
+    return s, d
+
+
+def torch_step(w, state, t, g):
+    s, d = state
+    r = torch_exp_curve(t, s)
+    nd = (w[5] * w[2] + (1 - w[5]) * (d + w[4] * (g - 3))).clamp(1, 10)
+    s_recall = s * (1 + torch.exp(w[6]) * (11 - nd) * s.pow(w[7]) * (torch.exp((1 - r) * w[8]) - 1))
+    s_lapse = w[9] * nd.pow(w[10]) * s.pow(w[11]) * torch.exp((1 - r) * w[12])
+    return torch.where(g > 1, s_recall, s_lapse).clamp(S_MIN, S_MAX), nd
+
+
+def torch_curve(w, state, t):
+    return torch_exp_curve(t, state[0])
+
+
+# ---------------------------------------------------------------------------------------- the models
+
+class FSRSLegacy(SeqModel):
+    """FSRS v1–v3: defaults as the starting point, every training row, no prior, no frozen parameters; the trained
+    weights are rounded to ROUND_DIGITS decimals as upstream's state_dict() does before they predict."""
+
+    ROUND_DIGITS = 4
+
+    def fit(self, train):
+        super().fit(train)
+        if not self.cfg.default:
+            self.w = [round(x, self.ROUND_DIGITS) for x in self.w]
+        return self
+
+
+class FSRSv3(FSRSLegacy):
+    name = "FSRSv3"
+    kernels = "models.fsrs_v3"
+    default_w = [0.9605, 1.7234, 4.8527, -1.1917, -1.2956, 0.0573, 1.7352, -0.1673, 1.065, 1.8907, -0.3832, 0.5867,
+                 1.0721]
+    lower = [0.1, 0.1, 1, -5, -5, 0.05, 0, -0.8, 0.01, 0.5, -2, 0.01, 0.01]
+    upper = [10, 5, 10, -0.1, -0.1, 0.5, 2, -0.15, 1.5, 5, -0.01, 0.9, 2]
