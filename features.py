@@ -34,11 +34,15 @@ class NotEnoughData(Exception):
 class FeatureConfig:
     short: bool = False  # same-day reviews stay in histories (never targets)
     two_buttons: bool = False  # Hard and Easy become Good
+    # Outlier groups by the first rating as recorded, not as mapped by two_buttons: upstream's FSRS-5-era
+    # script.py --binary took first_rating before its 2/4 → 3 mapping (the newer FSRS-6 binary groups mapped ones).
+    outliers_by_recorded_rating: bool = False
     max_seq_len: int = 64  # each card keeps its first 2 * max_seq_len reviews
 
     @classmethod
     def from_run(cls, cfg) -> "FeatureConfig":
-        return cls(short=cfg.include_short, two_buttons=cfg.two_buttons, max_seq_len=cfg.max_seq_len)
+        return cls(short=cfg.include_short, two_buttons=cfg.two_buttons, max_seq_len=cfg.max_seq_len,
+                   outliers_by_recorded_rating=cfg.two_buttons and cfg.algo == "FSRS-5")
 
 
 def _group_starts(keys: np.ndarray) -> np.ndarray:
@@ -113,7 +117,8 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     i = 1 + _run_cumsum((e_c > 0).astype(np.int64), _group_starts(c_c))
 
     # 11. Outlier filter on the first long-term reviews, then cut each card at its first gap in i.
-    drop = _outlier_mask(first_rating[idx], dt_c, i == 2)
+    group_rating = rating[order][seq_start] if fcfg.outliers_by_recorded_rating else first_rating
+    drop = _outlier_mask(group_rating[idx], dt_c, i == 2)
     idx, c_c, dt_c, i = idx[~drop], c_c[~drop], dt_c[~drop], i[~drop]
     cstarts = _group_starts(c_c)
     gap = np.zeros(len(i), dtype=bool)

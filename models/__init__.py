@@ -11,6 +11,7 @@ from models.base import InadequateData, Model, ReviewData
 
 REGISTRY: dict[str, str] = {
     "FSRS-6": "models.fsrs6:FSRS6",
+    "FSRS-5": "models.fsrs_v5:FSRS5",
     "FSRS-4.5": "models.fsrs_v45:FSRS45",
     "FSRSv4": "models.fsrs_v4:FSRSv4",
     "FSRSv3": "models.fsrs_v3:FSRSv3",

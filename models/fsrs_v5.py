@@ -1,0 +1,249 @@
+"""FSRS-5 (19 parameters, spec models.md §1.5; variants §1.3): engine plug-in (numba kernels), torch step for the
+upstream-style trainer, and the model.
+
+State (S, D). First review: S = w[G−1], D = clamp(D0(G), 1, 10) with D0(G) = w4 − e^{w5(G−1)} + 1.
+Later review (elapsed t, grade G), R = (1 + (19/81)·t/S)^(−0.5), stability from the OLD D:
+  t < 1 (same day):  S' = S·e^{w17·(G−3+w18)}                  (no S^(−w19) factor, no floor at 1)
+  recall (G > 1):    S' = S·(1 + e^{w8}·(11−D)·S^{−w9}·(e^{w10(1−R)} − 1)·h·b)   (h = w15 Hard, b = w16 Easy)
+  lapse  (G = 1):    S' = min(w11·D^{−w12}·((S+1)^{w13} − 1)·e^{w14(1−R)}, S/e^{w17·w18})
+  S' clamped to [0.01, 36500];
+  D' = D − w6·(G−3)·(10−D)/9, D'' = clamp(w7·D0(4) + (1−w7)·D', 1, 10) with the UNCLAMPED D0(4).
+This is upstream's models/fsrs_v5.py@139fa513 / @7bda268b and fsrs-optimizer 5.7.3's `FSRS` (the code behind
+upstream-check's FSRS-5 numbers); both apply the short-term branch for t < 1 and clamp D0 only at the first review.
+
+Training (fsrs-optimizer 5.7.3 `Trainer`, as upstream script.py runs it): S0 fitted with this curve (§1.1), then all
+19 parameters trained with the L2 prior γ·Σ((w − w_init)/σ)², γ = 1, centred on the post-S0 vector; all rows.
+The trainer returns its best weights rounded to 4 decimals (`Trainer.eval` rounds them), which is reproduced.
+`--disable_short_term` (Trainer(enable_short_term=False)): w17 = w18 = 0 in the starting vector (and so in the prior
+centre), and the gradients of w0..w3 and w17, w18 are zeroed; same-day reviews stay in the histories (they still
+move D, and the lapse cap becomes min(S_f, S)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from numba import njit
+
+from models.fsrs_init import initialize_s0
+from models.fsrs_v4 import _hb, core_curve, core_curve_ds, torch_power_curve
+from models.seq_model import SeqModel
+
+S_MIN = 0.01
+S_MAX = 36500.0
+N_STATE = 2
+FACTOR = 19.0 / 81.0
+DECAY = 0.5
+
+DEFAULT_W = [0.40255, 1.18385, 3.173, 15.69105, 7.1949, 0.5345, 1.4604, 0.0046, 1.54575, 0.1192, 1.01925, 1.9395,
+             0.11, 0.29605, 2.2698, 0.2315, 2.9898, 0.51655, 0.6621]
+SIGMA = [6.61, 9.52, 17.69, 27.74, 0.55, 0.28, 0.67, 0.12, 0.4, 0.18, 0.34, 0.27, 0.08, 0.14, 0.57, 0.25, 1.03, 0.27,
+         0.39]
+LOWER = [S_MIN] * 4 + [1, 0.001, 0.001, 0.001, 0, 0, 0.001, 0.001, 0.001, 0.001, 0, 0, 1, 0, 0]
+UPPER = [100] * 4 + [10, 4, 4, 0.75, 4.5, 0.8, 3.5, 5, 0.25, 0.9, 4, 1, 6, 2, 2]
+ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
+
+
+# ---------------------------------------------------------------------------------------- kernels (numba)
+
+@njit(cache=True)
+def init(w, g, t, out):
+    out[0] = min(max(w[g - 1], S_MIN), S_MAX)
+    out[1] = min(max(w[4] - math.exp(w[5] * (g - 1)) + 1.0, 1.0), 10.0)
+
+
+@njit(cache=True)
+def init_vjp(w, g, t, state, gstate, gw):
+    if S_MIN <= w[g - 1] <= S_MAX:
+        gw[g - 1] += gstate[0]
+    e = math.exp(w[5] * (g - 1))
+    d0 = w[4] - e + 1.0
+    if 1.0 <= d0 <= 10.0:
+        gw[4] += gstate[1]
+        gw[5] -= gstate[1] * (g - 1) * e
+
+
+@njit(cache=True)
+def step(w, prev, t, g, out):
+    s = prev[0]
+    d = prev[1]
+    if t < 1.0:
+        ns = s * math.exp(w[17] * (g - 3 + w[18]))
+    else:
+        r = core_curve(s, t, FACTOR, DECAY)
+        if g > 1:
+            ns = s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
+                      * _hb(w, g))
+        else:
+            sf = w[11] * d ** (-w[12]) * ((s + 1.0) ** w[13] - 1.0) * math.exp(w[14] * (1.0 - r))
+            sm = s / math.exp(w[17] * w[18])
+            ns = sf if sf < sm else sm
+    d04 = w[4] - math.exp(3.0 * w[5]) + 1.0
+    nd = w[7] * d04 + (1.0 - w[7]) * (d - w[6] * (g - 3) * (10.0 - d) / 9.0)
+    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[1] = min(max(nd, 1.0), 10.0)
+
+
+@njit(cache=True)
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    s = prev[0]
+    d = prev[1]
+    gprev[0] = 0.0
+    gprev[1] = 0.0
+    # difficulty: nd = w7·D0(4) + (1 − w7)·(d − w6(g−3)(10−d)/9), clamped
+    e3 = math.exp(3.0 * w[5])
+    d04 = w[4] - e3 + 1.0
+    ndp = d - w[6] * (g - 3) * (10.0 - d) / 9.0
+    nd = w[7] * d04 + (1.0 - w[7]) * ndp
+    if 1.0 <= nd <= 10.0:
+        gd = gnew[1]
+        gw[7] += gd * (d04 - ndp)
+        gw[4] += gd * w[7]
+        gw[5] -= gd * w[7] * 3.0 * e3
+        gdp = gd * (1.0 - w[7])
+        gw[6] -= gdp * (g - 3) * (10.0 - d) / 9.0
+        gprev[1] += gdp * (1.0 + w[6] * (g - 3) / 9.0)
+    gs = gnew[0]
+    if t < 1.0:
+        e = math.exp(w[17] * (g - 3 + w[18]))
+        ns = s * e
+        if S_MIN <= ns <= S_MAX:
+            gprev[0] += gs * e
+            gw[17] += gs * ns * (g - 3 + w[18])
+            gw[18] += gs * ns * w[17]
+        return
+    r = core_curve(s, t, FACTOR, DECAY)
+    dr_ds = core_curve_ds(r, s, t, FACTOR, DECAY)
+    if g > 1:
+        hb = _hb(w, g)
+        e8 = math.exp(w[8])
+        pw = s ** (-w[9])
+        e10 = math.exp(w[10] * (1.0 - r))
+        core = e8 * (11.0 - d) * pw * (e10 - 1.0)
+        inc = core * hb
+        ns = s * (1.0 + inc)
+        if S_MIN <= ns <= S_MAX:
+            dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
+            gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
+            gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
+            gw[8] += gs * s * inc
+            gw[9] -= gs * s * inc * math.log(s)
+            gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
+            if g == 2:
+                gw[15] += gs * s * core
+            elif g == 4:
+                gw[16] += gs * s * core
+        return
+    dpw = d ** (-w[12])
+    sp = (s + 1.0) ** w[13]
+    e14 = math.exp(w[14] * (1.0 - r))
+    sf = w[11] * dpw * (sp - 1.0) * e14
+    em = math.exp(w[17] * w[18])
+    sm = s / em
+    ns = sf if sf < sm else sm
+    if not (S_MIN <= ns <= S_MAX):
+        return
+    cf = 1.0 if sf < sm else (0.5 if sf == sm else 0.0)  # torch.minimum splits the gradient on a tie
+    if cf > 0.0:
+        gf = gs * cf
+        gprev[0] += gf * (w[11] * dpw * w[13] * sp / (s + 1.0) * e14 - w[14] * sf * dr_ds)
+        gprev[1] -= gf * w[12] * sf / d
+        gw[11] += gf * dpw * (sp - 1.0) * e14
+        gw[12] -= gf * sf * math.log(d)
+        gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
+        gw[14] += gf * sf * (1.0 - r)
+    if cf < 1.0:
+        gm = gs * (1.0 - cf)
+        gprev[0] += gm / em
+        gw[17] -= gm * sm * w[18]
+        gw[18] -= gm * sm * w[17]
+
+
+@njit(cache=True)
+def curve(w, state, t):
+    return core_curve(state[0], t, FACTOR, DECAY)
+
+
+@njit(cache=True)
+def curve_vjp(w, state, t, gp, gstate, gw):
+    r = core_curve(state[0], t, FACTOR, DECAY)
+    gstate[0] += gp * core_curve_ds(r, state[0], t, FACTOR, DECAY)
+
+
+# ---------------------------------------------------------------------------------------- torch (upstream trainer)
+
+def torch_init(w, g, t):
+    s = w[:4][(g.long() - 1).clamp(0, 3)].clamp(S_MIN, S_MAX)
+    d = (w[4] - torch.exp(w[5] * (g - 1)) + 1).clamp(1, 10)
+    return s, d
+
+
+def torch_step(w, state, t, g):
+    s, d = state
+    r = torch_power_curve(t, s, FACTOR, DECAY)
+    hb = torch.where(g == 2, w[15], 1.0) * torch.where(g == 4, w[16], 1.0)
+    s_recall = s * (1 + torch.exp(w[8]) * (11 - d) * s.pow(-w[9]) * (torch.exp((1 - r) * w[10]) - 1) * hb)
+    s_lapse = w[11] * d.pow(-w[12]) * ((s + 1).pow(w[13]) - 1) * torch.exp((1 - r) * w[14])
+    s_lapse = torch.minimum(s_lapse, s / torch.exp(w[17] * w[18]))
+    s_short = s * torch.exp(w[17] * (g - 3 + w[18]))
+    ns = torch.where(t < 1, s_short, torch.where(g > 1, s_recall, s_lapse)).clamp(S_MIN, S_MAX)
+    d04 = w[4] - torch.exp(w[5] * 3) + 1
+    nd = (w[7] * d04 + (1 - w[7]) * (d - w[6] * (g - 3) * (10 - d) / 9)).clamp(1, 10)
+    return ns, nd
+
+
+def torch_curve(w, state, t):
+    return torch_power_curve(t, state[0], FACTOR, DECAY)
+
+
+# ---------------------------------------------------------------------------------------- the model
+
+def forgetting_curve(t, s):
+    """R(t, S) of FSRS-5 on numpy arrays (the S0 fit's curve)."""
+    return (1 + FACTOR * t / s) ** (-DECAY)
+
+
+class FSRS5(SeqModel):
+    """FSRS-5 and its rows: -default (0 params), -S0 (4), -binary (15), -disable_short_term (17), else 19."""
+
+    name = "FSRS-5"
+    kernels = "models.fsrs_v5"
+    default_w = DEFAULT_W
+    lower = LOWER
+    upper = UPPER
+    sigma = SIGMA
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        cfg = self.cfg
+        self.disable_short_term = bool(getattr(cfg, "disable_short_term", False))
+        if cfg.default:
+            self.n_params = 0
+        elif cfg.S0:
+            self.n_params = 4
+        else:
+            self.n_params = 19 - (4 if cfg.two_buttons else 0) - (2 if self.disable_short_term else 0)
+        if self.disable_short_term:
+            self.frozen = (0, 1, 2, 3, 17, 18)
+
+    def s0_weights(self, train) -> list[float]:
+        """Defaults with w0..w3 from the S0 fit (§1.1, FSRS-5's curve, s_min 0.01)."""
+        s0 = initialize_s0(train.rows, forgetting_curve, DEFAULT_W[:4], S_MIN)
+        return list(s0) + list(DEFAULT_W[4:])
+
+    def initial_weights(self, train):
+        w = self.s0_weights(train)
+        if self.disable_short_term:
+            w[17] = w[18] = 0.0
+        return w
+
+    def fit(self, train):
+        if self.cfg.default:
+            return self
+        if self.cfg.S0:
+            self.w = self.s0_weights(train)
+            return self
+        super().fit(train)
+        self.w = [round(x, ROUND_DECIMALS) for x in self.w]
+        return self
