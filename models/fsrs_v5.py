@@ -45,17 +45,20 @@ UPPER = [100] * 4 + [10, 4, 4, 0.75, 4.5, 0.8, 3.5, 5, 0.25, 0.9, 4, 1, 6, 2, 2]
 ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 
 
-# ---------------------------------------------------------------------------------------- kernels (numba)
+# ------------------------------------------------------------------------- the FSRS-5/6 core (numba), shared
+# FSRS-6 (models/fsrs6_kernels.py) is this core with a trainable decay w20 (curve factor F = 0.9^(−1/w20) − 1),
+# the short-term factor S^(−w19) with its floor at 1 for G ≥ floor_grade, and s_min 0.001. FSRS-5 passes its fixed
+# curve, no w19 (has_w19 False), no floor (floor_grade 5) and s_min 0.01.
 
 @njit(cache=True)
-def init(w, g, t, out):
-    out[0] = min(max(w[g - 1], S_MIN), S_MAX)
+def core_init(w, g, out, s_min):
+    out[0] = min(max(w[g - 1], s_min), S_MAX)
     out[1] = min(max(w[4] - math.exp(w[5] * (g - 1)) + 1.0, 1.0), 10.0)
 
 
 @njit(cache=True)
-def init_vjp(w, g, t, state, gstate, gw):
-    if S_MIN <= w[g - 1] <= S_MAX:
+def core_init_vjp(w, g, gstate, gw, s_min):
+    if s_min <= w[g - 1] <= S_MAX:
         gw[g - 1] += gstate[0]
     e = math.exp(w[5] * (g - 1))
     d0 = w[4] - e + 1.0
@@ -64,14 +67,23 @@ def init_vjp(w, g, t, state, gstate, gw):
         gw[5] -= gstate[1] * (g - 1) * e
 
 
+@njit(cache=True, inline="always")
+def _short_factor(w, s, g, has_w19):
+    sinc = math.exp(w[17] * (g - 3 + w[18]))
+    return sinc * s ** (-w[19]) if has_w19 else sinc
+
+
 @njit(cache=True)
-def step(w, prev, t, g, out):
+def core_step(w, prev, t, g, out, factor, decay, s_min, has_w19, floor_grade):
     s = prev[0]
     d = prev[1]
     if t < 1.0:
-        ns = s * math.exp(w[17] * (g - 3 + w[18]))
+        sinc = _short_factor(w, s, g, has_w19)
+        if g >= floor_grade and sinc < 1.0:
+            sinc = 1.0
+        ns = s * sinc
     else:
-        r = core_curve(s, t, FACTOR, DECAY)
+        r = core_curve(s, t, factor, decay)
         if g > 1:
             ns = s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
                       * _hb(w, g))
@@ -81,12 +93,13 @@ def step(w, prev, t, g, out):
             ns = sf if sf < sm else sm
     d04 = w[4] - math.exp(3.0 * w[5]) + 1.0
     nd = w[7] * d04 + (1.0 - w[7]) * (d - w[6] * (g - 3) * (10.0 - d) / 9.0)
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, s_min), S_MAX)
     out[1] = min(max(nd, 1.0), 10.0)
 
 
 @njit(cache=True)
-def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+def core_step_vjp(w, prev, t, g, gnew, gprev, gw, factor, decay, s_min, has_w19, floor_grade, dfactor):
+    """dfactor = dF/d(decay) when the decay is the trainable w20 (FSRS-6), 0 when it is fixed."""
     s = prev[0]
     d = prev[1]
     gprev[0] = 0.0
@@ -106,15 +119,23 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         gprev[1] += gdp * (1.0 + w[6] * (g - 3) / 9.0)
     gs = gnew[0]
     if t < 1.0:
-        e = math.exp(w[17] * (g - 3 + w[18]))
-        ns = s * e
-        if S_MIN <= ns <= S_MAX:
-            gprev[0] += gs * e
+        sinc = _short_factor(w, s, g, has_w19)
+        if g >= floor_grade and sinc < 1.0:  # floored: S' = S
+            if s_min <= s <= S_MAX:
+                gprev[0] += gs
+            return
+        ns = s * sinc
+        if s_min <= ns <= S_MAX:
+            gprev[0] += gs * sinc * (1.0 - w[19] if has_w19 else 1.0)
             gw[17] += gs * ns * (g - 3 + w[18])
             gw[18] += gs * ns * w[17]
+            if has_w19:
+                gw[19] -= gs * ns * math.log(s)
         return
-    r = core_curve(s, t, FACTOR, DECAY)
-    dr_ds = core_curve_ds(r, s, t, FACTOR, DECAY)
+    r = core_curve(s, t, factor, decay)
+    dr_ds = core_curve_ds(r, s, t, factor, decay)
+    x = factor * t / s
+    dr_dd = r * (-math.log1p(x) - decay / (1.0 + x) * t / s * dfactor) if dfactor != 0.0 else 0.0
     if g > 1:
         hb = _hb(w, g)
         e8 = math.exp(w[8])
@@ -123,13 +144,15 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         core = e8 * (11.0 - d) * pw * (e10 - 1.0)
         inc = core * hb
         ns = s * (1.0 + inc)
-        if S_MIN <= ns <= S_MAX:
+        if s_min <= ns <= S_MAX:
             dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
             gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
             gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
             gw[8] += gs * s * inc
             gw[9] -= gs * s * inc * math.log(s)
             gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
+            if dfactor != 0.0:
+                gw[20] += gs * dns_dr * dr_dd
             if g == 2:
                 gw[15] += gs * s * core
             elif g == 4:
@@ -142,7 +165,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     em = math.exp(w[17] * w[18])
     sm = s / em
     ns = sf if sf < sm else sm
-    if not (S_MIN <= ns <= S_MAX):
+    if not (s_min <= ns <= S_MAX):
         return
     cf = 1.0 if sf < sm else (0.5 if sf == sm else 0.0)  # torch.minimum splits the gradient on a tie
     if cf > 0.0:
@@ -153,11 +176,35 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         gw[12] -= gf * sf * math.log(d)
         gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
         gw[14] += gf * sf * (1.0 - r)
+        if dfactor != 0.0:
+            gw[20] -= gf * w[14] * sf * dr_dd
     if cf < 1.0:
         gm = gs * (1.0 - cf)
         gprev[0] += gm / em
         gw[17] -= gm * sm * w[18]
         gw[18] -= gm * sm * w[17]
+
+
+# ---------------------------------------------------------------------------------------- FSRS-5 kernels (numba)
+
+@njit(cache=True)
+def init(w, g, t, out):
+    core_init(w, g, out, S_MIN)
+
+
+@njit(cache=True)
+def init_vjp(w, g, t, state, gstate, gw):
+    core_init_vjp(w, g, gstate, gw, S_MIN)
+
+
+@njit(cache=True)
+def step(w, prev, t, g, out):
+    core_step(w, prev, t, g, out, FACTOR, DECAY, S_MIN, False, 5)
+
+
+@njit(cache=True)
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    core_step_vjp(w, prev, t, g, gnew, gprev, gw, FACTOR, DECAY, S_MIN, False, 5, 0.0)
 
 
 @njit(cache=True)
