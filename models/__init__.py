@@ -5,9 +5,43 @@ Adding a model is one file in this package plus one line here. The class is call
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
+import sys
+import tempfile
+from pathlib import Path
 
 from models.base import InadequateData, Model, ReviewData
+
+
+def _compiled_code_dir() -> None:
+    """Keep numba's disk cache of compiled kernels in a folder named after the sources of this package.
+
+    numba checks a cached function against its own file only; a kernel that calls an @njit function of another
+    module (every engine plug-in does, and the engine kernels call the plug-ins) would otherwise keep running the
+    old machine code after that other module changed. One cache folder per version of models/*.py makes any edit
+    start from a clean cache (compiled again once, then reused). NUMBA_CACHE_DIR, when set, wins."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for path in sorted(here.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    for base in (here.parent / ".cache", Path(tempfile.gettempdir()) / "srs-bench-cache"):
+        target = base / f"numba-{digest.hexdigest()[:12]}"
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(target, os.W_OK):
+            os.environ["NUMBA_CACHE_DIR"] = str(target)
+            if "numba" in sys.modules:  # read when each @njit(cache=True) function is defined
+                sys.modules["numba"].config.CACHE_DIR = str(target)
+            return
+
+
+_compiled_code_dir()
 
 REGISTRY: dict[str, str] = {
     "FSRS-6": "models.fsrs6:FSRS6",
@@ -22,6 +56,10 @@ REGISTRY: dict[str, str] = {
     "HLR": "models.hlr:HLR",
     "SM2-trainable": "models.sm2_trainable:SM2Trainable",
     "Anki": "models.anki:Anki",
+    "DASH": "models.dash:DASH",
+    "DASH[MCM]": "models.dash:DASHMCM",
+    "DASH[ACT-R]": "models.dash:DASHACTR",
+    "ACT-R": "models.act_r:ACTR",
     "SM2": "models.sm2:SM2",
     "Ebisu-v2": "models.ebisu_v2:EbisuV2",
     "RMSE-BINS-EXPLOIT": "models.baselines:RMSEBinsExploit",

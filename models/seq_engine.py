@@ -39,12 +39,14 @@ _INSTANCES: dict[str, object] = {}
 
 
 def _engine_dir() -> Path:
-    """Where instantiated kernels (and numba's cache of them) live: $SRS_BENCH_ENGINE_DIR, else .cache/engines in
-    the repository, else the temp directory when the repository is read-only."""
-    env = os.environ.get("SRS_BENCH_ENGINE_DIR")
-    candidates = [Path(env)] if env else []
-    candidates += [Path(__file__).resolve().parents[1] / ".cache" / "engines",
-                   Path(tempfile.gettempdir()) / "srs-bench-engines"]
+    """Where instantiated kernels live: $SRS_BENCH_ENGINE_DIR, else numba's cache folder (models/__init__.py names
+    it after the package's sources, so an edited model never meets stale compiled code), else the temp dir."""
+    candidates = []
+    if os.environ.get("SRS_BENCH_ENGINE_DIR"):
+        candidates.append(Path(os.environ["SRS_BENCH_ENGINE_DIR"]))
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        candidates.append(Path(os.environ["NUMBA_CACHE_DIR"]) / "engines")
+    candidates.append(Path(tempfile.gettempdir()) / "srs-bench-engines")
     for path in candidates:
         try:
             path.mkdir(parents=True, exist_ok=True)

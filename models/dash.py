@@ -1,0 +1,371 @@
+"""DASH, DASH[MCM] and DASH[ACT-R] (spec models.md §3.1–3.3): logistic models of the whole review history.
+
+For a target after `pos` reviews, let Δ_j be the time from review j (j = 0..pos−1, the first review included) to the
+target: Δ_{pos−1} = the target's own interval, Δ_{j−1} = Δ_j + (interval before review j). Upstream builds it as the
+reverse cumulative sum of t_item[1:] (features/dash_engineer.py@00c9de57; other.py create_features, Jan 2025).
+- DASH: for windows W ∈ {1, 7, 30, ∞} days, n_W = #{j: Δ_j ≤ W} (≤: boundary included), c_W = #{those with
+  G_j > 1}; p = σ(Σ θ_k·ln(1 + x_k) + b) with x = [n_1, c_1, n_7, c_7, n_30, c_30, n_∞, c_∞]. No clipping.
+  With --short the same-day reviews are simply part of the history (Δ from their own position) and DASH-short's
+  init is used (for DASH[MCM] too, as upstream's `DASH.__init__`).
+- DASH[MCM]: every counted review weighs e^{−Δ_j/τ_W}, τ = [0.2434, 1.9739, 16.0090, 129.8426].
+- DASH[ACT-R]: p = σ(w0·ln(1 + max(0, Σ_j Δ_j^{−w1}·(w3 if G_j > 1 else w2))) + w4), where upstream clamps Δ at 0.1
+  and drops entries equal to 0.1 (its zero padding) — so any Δ ≤ 0.1 contributes nothing. Clip w0, w1 ≥ 0.001.
+
+Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length as len(tensor)):
+- DASH/DASH[MCM]'s tensor is the 8-feature vector, length 8 for every row, so NO training row is dropped for a long
+  history and the "sort by length" leaves the batches in time order (all keys equal: numpy's quicksort, which the
+  January-2025 code used, keeps them in place too). `--trainer upstream` does exactly that; the fast trainer keeps
+  every row too.
+- DASH[ACT-R]'s tensor has one row per previous review: the usual ≤ max_seq_len filter.
+- DASH[ACT-R]'s `state_dict` rounds to 4 decimals, and upstream predicts with `Model(state_dict)`: the fitted
+  (and the default, fallback) weights are rounded to 4 decimals. DASH's `state_dict` does not round.
+
+Engine plug-in: the features depend on the whole history, so each variant defines card_loss_grad / card_predict
+(contract: models/seq_model_stub.py): per target an O(history) loop — O(n²) per card of n ≤ 128 reviews per pass.
+The engine compiles its kernels once per module that exports these names; the three variants live in this one file,
+so each is exposed as a small module object `models.dash.kernels_<variant>` registered in sys.modules at import.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import types
+
+import numpy as np
+import torch
+from numba import njit
+from torch import nn
+
+import training
+from models.base import InadequateData, ReviewData
+from models.seq_model import SeqModel
+
+WINDOWS = (1.0, 7.0, 30.0, math.inf)
+MCM_TAU = (0.2434, 1.9739, 16.0090, 129.8426)
+ACTR_MIN_DELTA = 0.1  # upstream's clamp value; entries equal to it (after the clamp) are dropped
+N_STATE = 8
+BCE_LOG_FLOOR = -100.0  # as torch's binary_cross_entropy (and the engine's bce)
+BCE_GRAD_EPS = 1e-12
+
+
+# ------------------------------------------------------------------------------------------ shared numba helpers
+
+@njit(cache=True, inline="always")
+def bce(p, y, wt):
+    """(weighted BCE, d/dp) with torch's clamping (same as the engine's)."""
+    if y > 0.5:
+        loss = -wt * max(math.log(p), BCE_LOG_FLOOR) if p > 0.0 else -wt * BCE_LOG_FLOOR
+    else:
+        loss = -wt * max(math.log1p(-p), BCE_LOG_FLOOR) if p < 1.0 else -wt * BCE_LOG_FLOOR
+    return loss, wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
+
+
+@njit(cache=True, inline="always")
+def sigmoid(z):
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+# ------------------------------------------------------------------------------------------ DASH / DASH[MCM]
+
+@njit(cache=True)
+def window_features(seq_dt, seq_g, start, pos, t_dt, decay, f):
+    """f[0..7] = [n_1, c_1, n_7, c_7, n_30, c_30, n_∞, c_∞] of the target after `pos` reviews (elapsed t_dt);
+    with `decay` each review counts e^{−Δ/τ_W} instead of 1."""
+    for k in range(8):
+        f[k] = 0.0
+    delta = t_dt
+    for i in range(pos - 1, -1, -1):
+        success = seq_g[start + i] > 1
+        for k in range(4):
+            if delta <= WINDOWS[k]:
+                e = math.exp(-delta / MCM_TAU[k]) if decay else 1.0
+                f[2 * k] += e
+                if success:
+                    f[2 * k + 1] += e
+        delta += seq_dt[start + i]
+
+
+@njit(cache=True)
+def windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, out, decay, with_grad):
+    """Loss (+ gradient into gw) or predictions (into out) of one card's targets."""
+    f = buf[0, 0]
+    lf = buf[0, 1]
+    loss = 0.0
+    for j in range(tb, te):
+        window_features(seq_dt, seq_g, start, t_pos[j], t_dt[j], decay, f)
+        z = w[8]
+        for k in range(8):
+            lf[k] = math.log1p(f[k])
+            z += w[k] * lf[k]
+        p = sigmoid(z)
+        if with_grad:
+            lo, gp = bce(p, t_y[j], t_wt[j])
+            loss += lo
+            gz = gp * p * (1.0 - p)
+            for k in range(8):
+                gw[k] += gz * lf[k]
+            gw[8] += gz
+        else:
+            out[j] = p
+    return loss
+
+
+@njit(cache=True)
+def dash_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    return windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, gw, False, True)
+
+
+@njit(cache=True)
+def dash_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+    windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, buf, out, out, False, False)
+
+
+@njit(cache=True)
+def mcm_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    return windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, gw, True, True)
+
+
+@njit(cache=True)
+def mcm_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+    windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, buf, out, out, True, False)
+
+
+# ------------------------------------------------------------------------------------------ DASH[ACT-R]
+
+@njit(cache=True)
+def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, with_grad):
+    loss = 0.0
+    for j in range(tb, te):
+        s = 0.0
+        ds1 = 0.0  # dS/dw1
+        ds_fail = 0.0  # dS/dw2
+        ds_succ = 0.0  # dS/dw3
+        delta = t_dt[j]
+        for i in range(t_pos[j] - 1, -1, -1):
+            if delta > ACTR_MIN_DELTA:
+                pw = delta ** (-w[1])
+                if seq_g[start + i] > 1:
+                    s += pw * w[3]
+                    ds_succ += pw
+                    ds1 -= math.log(delta) * pw * w[3]
+                else:
+                    s += pw * w[2]
+                    ds_fail += pw
+                    ds1 -= math.log(delta) * pw * w[2]
+            delta += seq_dt[start + i]
+        u = max(s, 0.0)
+        lu = math.log1p(u)
+        p = sigmoid(w[0] * lu + w[4])
+        if with_grad:
+            lo, gp = bce(p, t_y[j], t_wt[j])
+            loss += lo
+            gz = gp * p * (1.0 - p)
+            gw[0] += gz * lu
+            gw[4] += gz
+            if s >= 0.0:  # torch's clamp_min passes the gradient where input >= min
+                gs = gz * w[0] / (1.0 + u)
+                gw[1] += gs * ds1
+                gw[2] += gs * ds_fail
+                gw[3] += gs * ds_succ
+        else:
+            out[j] = p
+    return loss
+
+
+@njit(cache=True)
+def actr_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    return actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, gw, True)
+
+
+@njit(cache=True)
+def actr_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+    actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, out, out, False)
+
+
+def _kernel_namespace(variant: str, loss_grad, predict) -> str:
+    """Expose one variant's kernels as the module `models.dash.kernels_<variant>` (what seq_engine.instantiate
+    imports by name); returns that name."""
+    name = f"{__name__}.kernels_{variant}"
+    module = types.ModuleType(name, f"Engine kernels of {variant} (defined in {__name__}).")
+    module.N_STATE = N_STATE
+    module.card_loss_grad = loss_grad
+    module.card_predict = predict
+    sys.modules[name] = module
+    return name
+
+
+KERNELS_DASH = _kernel_namespace("dash", dash_card_loss_grad, dash_card_predict)
+KERNELS_MCM = _kernel_namespace("mcm", mcm_card_loss_grad, mcm_card_predict)
+KERNELS_ACTR = _kernel_namespace("actr", actr_card_loss_grad, actr_card_predict)
+
+
+# ------------------------------------------------------------------------------------------ torch (upstream trainer)
+
+def torch_deltas(t, lengths, delta_t):
+    """Δ[j, b] = time from history review j of row b to its target (0 on padding), and the validity mask.
+    t: [L, B] intervals before each history review (time-major, zero-padded); lengths: [B]; delta_t: [B]."""
+    idx = torch.arange(t.shape[0]).unsqueeze(1)
+    valid = idx < lengths.unsqueeze(0)
+    tv = torch.where(valid, t, torch.zeros_like(t))
+    csum = torch.cumsum(tv, dim=0)
+    delta = csum[-1:] - csum + delta_t.unsqueeze(0)
+    return torch.where(valid, delta, torch.zeros_like(delta)), valid
+
+
+def torch_window_features(t, g, lengths, delta_t, decay: bool):
+    """[B, 8] DASH (decay=False) or DASH[MCM] features from padded histories."""
+    delta, valid = torch_deltas(t, lengths, delta_t)
+    success = g > 1
+    cols = []
+    for window, tau in zip(WINDOWS, MCM_TAU):
+        inside = valid & (delta <= window)
+        e = torch.exp(-delta / tau) if decay else torch.ones_like(delta)
+        e = torch.where(inside, e, torch.zeros_like(e))
+        cols += [e.sum(0), torch.where(success, e, torch.zeros_like(e)).sum(0)]
+    return torch.stack(cols, dim=1)
+
+
+def torch_dash_p(w, x):
+    return torch.sigmoid(torch.log(x + 1) @ w[:8] + w[8])
+
+
+def torch_dash_actr_p(w, t, g, lengths, delta_t):
+    """Upstream's DASH_ACTR.forward on [Δ, r] built from padded histories (padding: Δ = 0, r = 0)."""
+    delta, valid = torch_deltas(t, lengths, delta_t)
+    r = torch.where(valid, (g > 1).to(t.dtype), torch.zeros_like(t))
+    x = delta.clamp_min(ACTR_MIN_DELTA)
+    term = torch.where(x == ACTR_MIN_DELTA, torch.zeros_like(x), x ** -w[1]) * torch.where(r == 0, w[2], w[3])
+    return torch.sigmoid(w[0] * torch.log(1 + torch.sum(term, dim=0).clamp_min(0)) + w[4])
+
+
+class DASHNet(training.TrainableModule):
+    """Upstream's DASH / DASH[MCM] module (nn.Linear(8, 1) + sigmoid on ln(1 + x)) with its 9 weights as one
+    tensor. `features` (optional, [N, 8]) are those of the trainer's rows, looked up by `batch.rows`."""
+
+    def __init__(self, w, decay: bool, features=None, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.decay = decay
+        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
+        self.features = None if features is None else torch.as_tensor(features, dtype=dtype)
+
+    def forward_batch(self, batch: training.Batch):
+        if self.features is not None:
+            x = self.features[torch.as_tensor(batch.rows)]
+        else:
+            x = torch_window_features(batch.t, batch.g, batch.lengths, batch.delta_t, self.decay)
+        return torch_dash_p(self.w, x)
+
+
+class DASHACTRNet(training.TrainableModule):
+    def __init__(self, w, lower, upper, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
+        self.register_buffer("lo", torch.tensor(np.asarray(lower, dtype=np.float64), dtype=dtype))
+        self.register_buffer("hi", torch.tensor(np.asarray(upper, dtype=np.float64), dtype=dtype))
+
+    def forward_batch(self, batch: training.Batch):
+        return torch_dash_actr_p(self.w, batch.t, batch.g, batch.lengths, batch.delta_t)
+
+    def clip_(self) -> None:
+        self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
+
+
+def history_features(data: ReviewData, decay: bool, chunk: int = 8192) -> np.ndarray:
+    """[len(data), 8] window features of every row, computed by the torch code from padded histories."""
+    rows = data.rows
+    starts = np.array(rows["seq_start"], dtype=np.int64)
+    lengths = np.array(rows["seq_pos"], dtype=np.int64)
+    delta_t = np.array(rows["delta_t"], dtype=np.float64)
+    out = np.zeros((len(rows), 8))
+    for lo in range(0, len(rows), chunk):
+        sel = slice(lo, lo + chunk)
+        t, g = training.pad_histories(data.seq_delta_t, data.seq_rating, starts[sel], lengths[sel])
+        with torch.no_grad():
+            out[sel] = torch_window_features(torch.as_tensor(t.T.copy()), torch.as_tensor(g.T.copy()),
+                                             torch.as_tensor(lengths[sel]), torch.as_tensor(delta_t[sel]),
+                                             decay).numpy()
+    return out
+
+
+def with_max_seq_len(cfg, max_seq_len: int):
+    """A copy of the run config whose training-history limit is `max_seq_len`."""
+    out = copy.copy(cfg)
+    out.max_seq_len = max_seq_len
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the models
+
+DASH_SHORT_W = [-0.1766, 0.4483, -0.3618, 0.5953, -0.5104, 0.8609, -0.3643, 0.6447, 1.2815]
+NO_ROW_LIMIT = 1 << 30
+
+
+class DASH(SeqModel):
+    name = "DASH"
+    kernels = KERNELS_DASH
+    decay = False
+    default_w = [0.2024, 0.5967, 0.1255, 0.6039, -0.1485, 0.572, 0.0933, 0.4801, 0.787]
+    lower = [-math.inf] * 9
+    upper = [math.inf] * 9
+
+    def __init__(self, cfg=None):
+        if cfg is not None and cfg.include_short:
+            self.default_w = list(DASH_SHORT_W)  # upstream: the short init for DASH and DASH[MCM] alike
+        super().__init__(cfg)
+
+    def fit(self, train: ReviewData) -> "DASH":
+        if self.cfg.default:
+            return self
+        if len(train) == 0:
+            raise InadequateData("no training rows")
+        w_init = self.initial_weights(train)
+        if getattr(self.cfg, "trainer", "fast") == "fast":
+            # every row trains: upstream's BatchDataset sees a length-8 feature vector, never a long history
+            w = self.engine.fit(w_init, train, with_max_seq_len(self.cfg, NO_ROW_LIMIT), lr=self.lr)
+        else:
+            net = DASHNet(w_init, self.decay, history_features(train, self.decay), dtype=self.torch_dtype)
+            # every row, batched in time order: one-review "histories" make training.py's length sort a no-op
+            rows = train.rows.copy()
+            rows["seq_pos"] = 1
+            training.train(net, ReviewData(rows, train.seq_delta_t, train.seq_rating), self.cfg, lr=self.lr,
+                           sort_kind=self.batch_sort, dtype=self.torch_dtype)
+            w = net.w.detach().double().numpy()
+        self.w = [float(x) for x in w]
+        return self
+
+
+class DASHMCM(DASH):
+    name = "DASH[MCM]"
+    kernels = KERNELS_MCM
+    decay = True
+    default_w = [0.2783, 0.8131, 0.4252, 1.0056, -0.1527, 0.6455, 0.1409, 0.669, 0.843]
+
+
+def round4(w) -> list[float]:
+    """Upstream's `state_dict` of DASH[ACT-R] and ACT-R: round(float(x), 4)."""
+    return [round(float(x), 4) for x in w]
+
+
+class DASHACTR(SeqModel):
+    name = "DASH[ACT-R]"
+    kernels = KERNELS_ACTR
+    default_w = [1.4164, 0.516, -0.0564, 1.9223, 1.0549]
+    lower = [0.001, 0.001, -math.inf, -math.inf, -math.inf]
+    upper = [math.inf] * 5
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self.w = round4(self.default_w)  # upstream's fallback / --dry weights go through state_dict too
+
+    def torch_net(self, w_init, grad_mask):
+        return DASHACTRNet(w_init, self.lower, self.upper, dtype=self.torch_dtype)
+
+    def fit(self, train: ReviewData) -> "DASHACTR":
+        super().fit(train)
+        self.w = round4(self.w)
+        return self

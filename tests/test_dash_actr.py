@@ -1,0 +1,255 @@
+"""DASH, DASH[MCM], DASH[ACT-R] (models/dash.py) and ACT-R (models/act_r.py): hand-computed forward values, engine
+vs torch predictions and gradients on a real user, upstream's batching/row-limit/rounding quirks, training, the
+upstream-check sizes and Log Loss, and the CLI rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import models.dash as dash
+import training
+from config import RunConfig
+from data_loader import load_revlogs
+from features import FeatureConfig, build_features
+from models.act_r import ACTR, ACTRNet
+from models.base import ReviewData
+from models.dash import DASH, DASHACTR, DASHMCM, DASHACTRNet, DASHNet
+from runner import read_results, run
+
+CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
+UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
+needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
+ALL = [DASH, DASHMCM, DASHACTR, ACTR]
+
+
+def one_card(dts, gs, target_t) -> ReviewData:
+    rows = pd.DataFrame({"card_id": [0], "delta_t": [float(target_t)], "y": [1], "i": [len(dts) + 1],
+                         "seq_start": [0], "seq_pos": [len(dts)]})
+    return ReviewData(rows, np.array(dts, dtype=np.float64), np.array(gs, dtype=np.int8))
+
+
+def sigmoid(z):
+    return 1 / (1 + math.exp(-z))
+
+
+# ----------------------------------------------------------------------------------------------- by hand
+
+# Good on day 0, Again 3 days later, Good 10 days after that; target 7 days later.
+# Time from each review to the target: 7 + 10 + 3 = 20 (Good), 7 + 10 = 17 (Again), 7 (Good).
+HISTORY = ([0, 3, 10], [3, 1, 3], 7)
+
+
+def test_dash_forward_by_hand_window_boundary_included():
+    # W=1: none; W=7: the last review (Δ = 7 ≤ 7, success); W=30 and ∞: all three, two successes
+    x = [0, 0, 1, 1, 3, 2, 3, 2]
+    for cfg, w in ((RunConfig(algo="DASH"), DASH.default_w), (RunConfig(algo="DASH", short=True), dash.DASH_SHORT_W)):
+        expected = sigmoid(sum(wk * math.log(1 + xk) for wk, xk in zip(w, x)) + w[8])
+        assert DASH(cfg).predict(one_card(*HISTORY))[0] == pytest.approx(expected, rel=1e-12)
+    assert DASH(RunConfig(algo="DASH")).w[0] == 0.2024 and DASH(RunConfig(algo="DASH", short=True)).w[0] == -0.1766
+
+
+def test_mcm_forward_by_hand():
+    w = DASHMCM.default_w
+    tau = [0.2434, 1.9739, 16.0090, 129.8426]
+    n7 = math.exp(-7 / tau[1])
+    n30 = math.exp(-20 / tau[2]) + math.exp(-17 / tau[2]) + math.exp(-7 / tau[2])
+    c30 = math.exp(-20 / tau[2]) + math.exp(-7 / tau[2])
+    ninf = math.exp(-20 / tau[3]) + math.exp(-17 / tau[3]) + math.exp(-7 / tau[3])
+    cinf = math.exp(-20 / tau[3]) + math.exp(-7 / tau[3])
+    x = [0, 0, n7, n7, n30, c30, ninf, cinf]
+    expected = sigmoid(sum(wk * math.log(1 + xk) for wk, xk in zip(w, x)) + w[8])
+    assert DASHMCM(RunConfig(algo="DASH[MCM]")).predict(one_card(*HISTORY))[0] == pytest.approx(expected, rel=1e-12)
+    # --short: the DASH-short init, as upstream's DASH class does for MCM too
+    assert DASHMCM(RunConfig(algo="DASH[MCM]", short=True)).w == dash.DASH_SHORT_W
+
+
+def test_dash_actr_forward_by_hand_and_small_delta_quirk():
+    model = DASHACTR(RunConfig(algo="DASH[ACT-R]"))
+    w = model.w
+    assert w == [1.4164, 0.516, -0.0564, 1.9223, 1.0549]
+    s = 20 ** -w[1] * w[3] + 17 ** -w[1] * w[2] + 7 ** -w[1] * w[3]
+    expected = sigmoid(w[0] * math.log(1 + max(0.0, s)) + w[4])
+    assert model.predict(one_card(*HISTORY))[0] == pytest.approx(expected, rel=1e-12)
+    # upstream clamps Δ at 0.1 and drops entries equal to 0.1: any Δ ≤ 0.1 day contributes nothing
+    assert model.predict(one_card([0, 0.02], [3, 3], 0.05))[0] == pytest.approx(sigmoid(w[4]), rel=1e-12)
+    s = 2.05 ** -w[1] * w[3]  # only the first review (Δ = 2.05) counts
+    expected = sigmoid(w[0] * math.log(1 + s) + w[4])
+    assert model.predict(one_card([0, 2], [3, 3], 0.05))[0] == pytest.approx(expected, rel=1e-12)
+    # a negative sum is clamped at 0
+    w_neg = [1.0, 0.5, -3.0, 0.1, 0.2]
+    assert model.engine.predict(w_neg, one_card([0, 3], [1, 1], 5))[0] == pytest.approx(sigmoid(0.2), rel=1e-12)
+
+
+def test_act_r_forward_by_hand_with_same_day_review():
+    """Reviews at times 0, 0 (same day), 3; target at 5 days. Time in seconds × h, clamped at ≥ 1."""
+    model = ACTR(RunConfig(algo="ACT-R"))
+    a, c, s, tau, h = model.w
+    assert model.w == [0.1768, 0.217, 0.2549, -0.7042, 0.025]  # upstream predicts with state_dict's 4 decimals
+    k = 86400 * h
+    m1 = math.log(max(1.0, 0 * k) ** -a)  # = 0: the same-day gap is clamped to 1
+    d1 = c * math.exp(m1) + a
+    m2 = math.log((3 * k) ** -a + (3 * k) ** -d1)
+    d2 = c * math.exp(m2) + a
+    m_now = math.log((5 * k) ** -a + (5 * k) ** -d1 + (2 * k) ** -d2)
+    expected = 1 / (1 + math.exp((tau - m_now) / s))
+    assert model.predict(one_card([0, 0, 3], [3, 3, 3], 2))[0] == pytest.approx(expected, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------- engine vs torch
+
+@pytest.fixture(scope="module")
+def user8() -> ReviewData:
+    return build_features(load_revlogs(CHECK, 8), FeatureConfig())
+
+
+@pytest.fixture(scope="module")
+def user8_short() -> ReviewData:
+    return build_features(load_revlogs(CHECK, 8), FeatureConfig(short=True))
+
+
+def torch_net(cls, w):
+    if cls is DASH or cls is DASHMCM:
+        return DASHNet(w, cls.decay, dtype=torch.float64)
+    net_cls = DASHACTRNet if cls is DASHACTR else ACTRNet
+    return net_cls(w, cls.lower, cls.upper, dtype=torch.float64)
+
+
+def random_w(cls, rng) -> np.ndarray:
+    w = np.array(cls.default_w) * rng.uniform(0.5, 1.5, len(cls.default_w))
+    return np.clip(w, cls.lower, cls.upper)
+
+
+@needs_check
+@pytest.mark.parametrize("cls,short", [(DASH, False), (DASHMCM, False), (DASHACTR, False), (ACTR, False),
+                                       (DASHMCM, True), (DASHACTR, True), (ACTR, True)])
+def test_engine_equals_torch_predictions_and_gradients(cls, short, user8, user8_short):
+    """The card kernels give what autograd gives through upstream's per-target padded histories."""
+    data = user8_short if short else user8
+    rng = np.random.default_rng(11)
+    model = cls(RunConfig(algo=cls.name, short=short))
+    weights = rng.uniform(0.5, 1.5, len(data))
+    batch = training.make_batches(data, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
+    for w in (np.array(model.default_w), random_w(cls, rng)):
+        net = torch_net(cls, w)
+        p_torch = net.forward_batch(batch)
+        loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
+        loss.backward()
+        p_ref = np.empty(len(data))
+        p_ref[batch.rows] = p_torch.detach().numpy()
+        np.testing.assert_allclose(model.engine.predict(w, data), p_ref, rtol=1e-10, atol=1e-13)
+        value, grad = model.engine.loss_and_grad(w, data, weights=weights)
+        assert value == pytest.approx(float(loss.detach()), rel=1e-10)
+        np.testing.assert_allclose(grad, net.w.grad.numpy(), rtol=1e-7, atol=1e-9 * np.abs(grad).max())
+
+
+def long_card_data() -> ReviewData:
+    """Card A: 80 daily reviews (targets with histories 1..79, longer than max_seq_len 64 from 65 on); card B: three
+    reviews whose two targets come last in time (so time order differs from history-length order)."""
+    seq_dt = np.array([0.0] + [1.0] * 79 + [0.0, 2.0, 5.0])
+    seq_g = np.array([3] * 80 + [1, 3, 3], dtype=np.int8)
+    pos = np.r_[np.arange(1, 80), [1, 2]]
+    start = np.r_[np.zeros(79, dtype=np.int64), [80, 80]]
+    rows = pd.DataFrame({"card_id": np.r_[np.zeros(79), [1, 1]].astype(np.int64), "delta_t": seq_dt[start + pos],
+                         "y": np.r_[np.tile([1, 1, 0], 27)[:79], [1, 0]], "i": pos + 1, "seq_start": start,
+                         "seq_pos": pos})
+    return ReviewData(rows, seq_dt, seq_g)
+
+
+def test_dash_trains_on_every_row_upstream_batches_in_time_order(monkeypatch):
+    """DASH's BatchDataset length is len(8-feature vector) = 8: no row is dropped for a history longer than
+    max_seq_len, and the stable sort by that length leaves the batches in time order."""
+    data = long_card_data()
+    seen = {}
+
+    def fake_train(net, d, cfg, **kw):
+        seen["batches"] = training.make_batches(d, np.ones(len(d)), 16, cfg.max_seq_len,
+                                                sort_kind=kw.get("sort_kind", "stable"))
+        seen["sort_kind"] = kw.get("sort_kind")
+        seen["net"] = net
+
+    monkeypatch.setattr(training, "train", fake_train)
+    DASH(RunConfig(algo="DASH", trainer="upstream")).fit(data)
+    rows = np.concatenate([b.rows for b in seen["batches"]])
+    assert list(rows) == list(range(len(data))) and seen["sort_kind"] == "quicksort"
+    # the features it looks up equal those computed from each row's own padded history
+    batch = training.make_batches(data, np.ones(len(data)), 10 ** 6, 10 ** 6)[0]
+    net = seen["net"]
+    in_batch = DASHNet(net.w.detach().numpy(), False).forward_batch(batch)
+    np.testing.assert_allclose(net.forward_batch(batch).detach().numpy(), in_batch.detach().numpy(), rtol=1e-6)
+    # the fast trainer keeps every row too
+    model = DASHMCM(RunConfig(algo="DASH[MCM]"))
+    limits = []
+    monkeypatch.setattr(model.engine, "fit", lambda w0, train, cfg, **kw: limits.append(cfg.max_seq_len) or w0)
+    model.fit(data)
+    assert limits[0] >= 128
+
+
+@needs_check
+def test_act_r_trains_on_histories_of_at_most_63(user8, monkeypatch):
+    """ACT-R's tensor is history + 1 long, so upstream's max_seq_len 64 keeps histories ≤ 63 (both trainers)."""
+    seen = []
+    model = ACTR(RunConfig(algo="ACT-R"))
+    monkeypatch.setattr(model.engine, "fit", lambda w0, train, cfg, **kw: seen.append(cfg.max_seq_len) or w0)
+    model.fit(user8)
+    # the upstream trainer (SeqModel.fit → training.train; one module object everywhere)
+    monkeypatch.setattr(training, "train", lambda net, data, cfg, **kw: seen.append(cfg.max_seq_len))
+    ACTR(RunConfig(algo="ACT-R", trainer="upstream")).fit(user8)
+    assert seen == [63, 63]
+    assert model.cfg.max_seq_len == 64  # the run config itself is untouched
+
+
+@needs_check
+@pytest.mark.parametrize("cls", ALL)
+def test_training_lowers_training_loss(cls, user8):
+    train = user8.subset(np.arange(1500))
+    model = cls(RunConfig(algo=cls.name))
+    before, _ = model.engine.loss_and_grad(model.default_w, train)
+    model.fit(train)
+    after, _ = model.engine.loss_and_grad(model.w, train)
+    assert after < before * 0.99
+    assert all(lo <= x <= hi for x, lo, hi in zip(model.w, cls.lower, cls.upper))
+    if cls in (DASHACTR, ACTR):  # upstream's state_dict rounding
+        assert model.w == [round(x, 4) for x in model.w]
+
+
+# ----------------------------------------------------------------------------------------------- upstream-check
+
+# fast trainer: a different (shuffled whole-card) batching than upstream's, so only close; ACT-R starts far from its
+# optimum (Log Loss ≈ 3 at the defaults) and 5 epochs do not converge, which makes it the most path-dependent.
+FAST_TOL = {"DASH": 1e-3, "DASH[MCM]": 2e-3, "DASH[ACT-R]": 3e-3, "ACT-R": 1.2e-2}
+# upstream trainer: DASH[ACT-R] and ACT-R reproduce upstream to the 6th decimal; DASH/DASH[MCM] within ~1.5e-4 except
+# DASH on user 12 (1.8e-3: one fold's best-epoch choice differs; cause not found)
+UPSTREAM_TRAINER_TOL = {"DASH": 2.5e-3, "DASH[MCM]": 5e-4, "DASH[ACT-R]": 1e-5, "ACT-R": 1e-5}
+
+
+@needs_check
+@pytest.mark.parametrize("trainer", ["fast", "upstream"])
+def test_upstream_check_sizes_and_log_loss(trainer, tmp_path):
+    tol = FAST_TOL if trainer == "fast" else UPSTREAM_TRAINER_TOL
+    for cls in ALL:
+        cfg = RunConfig(algo=cls.name, data=CHECK, processes=1, result_dir=tmp_path, quiet=True, trainer=trainer)
+        assert run(cfg).exit_code == 0
+        lines, _ = read_results(tmp_path / f"{cfg.name}.jsonl")
+        assert len(lines) == 2
+        for line in lines:
+            ref = UPSTREAM[cls.name][str(line["user"])]
+            assert line["size"] == ref["size"]
+            assert line["metrics"]["LogLoss"] == pytest.approx(ref["metrics"]["LogLoss"], abs=tol[cls.name])
+            assert len(line["parameters"]["0"]) == len(cls.default_w)
+
+
+def test_cli_rows_on_embedded_data(tmp_path):
+    for algo, extra in (("DASH", {}), ("DASH", {"short": True}), ("DASH[MCM]", {}), ("DASH[ACT-R]", {}),
+                        ("ACT-R", {}), ("ACT-R", {"trainer": "upstream"})):
+        cfg = RunConfig(algo=algo, processes=1, users=[1], result_dir=tmp_path, quiet=True, **extra)
+        assert run(cfg).done == 1
+        lines, _ = read_results(tmp_path / f"{cfg.name}.jsonl")
+        assert 0 < lines[0]["metrics"]["LogLoss"] < 1
+    assert (tmp_path / "DASH-short.jsonl").exists() and (tmp_path / "ACT-R-upstream-trainer.jsonl").exists()
