@@ -171,10 +171,14 @@ class SeqEngine:
 
     def fit(self, w0, train: ReviewData, cfg=None, *, w_init=None, sigma=None, grad_mask=None,
             keep: np.ndarray | None = None, lr: float = LR, betas=(0.9, 0.999), seed: int = SEED,
-            check_every_epoch: bool = False) -> np.ndarray:
+            check_every_epoch: bool = False, batching: str = "cards", sort_kind: str = "stable") -> np.ndarray:
         """Trained weights from w0 (clipped). cfg supplies n_epoch, batch_size, max_seq_len and recency; `keep`
         restricts the training rows (e.g. FSRS v4's i > 2); `w_init`/`sigma` define the L2 prior (none if sigma is
-        None); grad_mask zeros the gradient of frozen parameters. Deterministic for a given seed."""
+        None); grad_mask zeros the gradient of frozen parameters. Deterministic for a given seed.
+
+        batching "cards" (default): mini-batches of whole cards, one forward and one reverse pass per card.
+        batching "length": upstream's length-sorted target batches and batch order (sort_kind as training.py);
+        for models whose 5 epochs are far from convergence, so that where training stops depends on the batches."""
         n_epoch = int(getattr(cfg, "n_epoch", 5))
         batch_size = int(getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
@@ -194,9 +198,50 @@ class SeqEngine:
         n_cards = len(cards.c_start)
         if n_cards == 0 or n_epoch <= 0:
             return w0
-        rng = np.random.default_rng(seed)
-        orders = np.stack([rng.permutation(n_cards) for _ in range(n_epoch)]).astype(np.int64)
+        if batching == "cards":
+            items, orders, bounds, n_batches = self._card_batches(cards, n_epoch, batch_size, seed)
+        elif batching == "length":
+            items, orders, bounds, n_batches = self._length_batches(cards, n_epoch, batch_size, sort_kind)
+        else:
+            raise ValueError(f"unknown batching {batching!r}")
         best_w, _ = self.k.adam_fit(w0, w_init, inv_var, mask, self.lower, self.upper, *cards.args(), cards.t_y,
-                                    cards.t_wt, cards.max_n, orders, batch_size, float(lr),
+                                    cards.t_wt, cards.max_n, items, orders, bounds, n_batches, float(lr),
                                     np.asarray(betas, dtype=np.float64), bool(check_every_epoch))
         return self.clip(best_w)
+
+    def _card_batches(self, cards: Cards, n_epoch: int, batch_size: int, seed: int):
+        """Whole cards, in a new random order every epoch (numpy Generator), cut at >= batch_size targets."""
+        n_cards = len(cards.c_start)
+        items = np.stack([np.arange(n_cards), cards.c_tb, cards.c_te, cards.c_n], axis=1).astype(np.int64)
+        rng = np.random.default_rng(seed)
+        orders = np.stack([rng.permutation(n_cards) for _ in range(n_epoch)]).astype(np.int64)
+        sizes = cards.c_te - cards.c_tb
+        cuts = [self.k.card_batch_bounds(sizes[order], batch_size) for order in orders]
+        bounds = np.zeros((n_epoch, max(len(c) for c in cuts)), dtype=np.int64)
+        for e, c in enumerate(cuts):
+            bounds[e, :len(c)] = c
+        return items, orders, bounds, np.array([len(c) - 1 for c in cuts], dtype=np.int64)
+
+    def _length_batches(self, cards: Cards, n_epoch: int, batch_size: int, sort_kind: str):
+        """Upstream's batches: targets (in time order) sorted by history length, cut every batch_size, the batch
+        order drawn by torch.randperm on one generator seeded 2023 (training.py's order). Each target is replayed
+        from its card's first review: upstream's cost (Σ history lengths per epoch), still compiled."""
+        import torch
+
+        from training import SHUFFLE_SEED
+
+        by_time = np.argsort(cards.t_row, kind="stable")  # Cards is grouped by card; upstream sees time order
+        targets = by_time[np.argsort(cards.t_pos[by_time], kind=sort_kind)]
+        card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
+        items = np.stack([card_of[targets], targets, targets + 1, cards.t_pos[targets]], axis=1).astype(np.int64)
+        starts = np.arange(0, len(targets), batch_size)
+        n_b = len(starts)
+        generator = torch.Generator().manual_seed(SHUFFLE_SEED)
+        orders = np.empty((n_epoch, len(targets)), dtype=np.int64)
+        bounds = np.zeros((n_epoch, n_b + 1), dtype=np.int64)
+        for e in range(n_epoch):
+            perm = torch.randperm(n_b, generator=generator).numpy()
+            chunks = [np.arange(starts[k], min(starts[k] + batch_size, len(targets))) for k in perm]
+            orders[e] = np.concatenate(chunks)
+            bounds[e, 1:] = np.cumsum([len(c) for c in chunks])
+        return items, orders, bounds, np.full(n_epoch, n_b, dtype=np.int64)

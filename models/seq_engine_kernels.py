@@ -121,26 +121,39 @@ def _penalty(w, w_init, inv_var):
 
 
 @njit(cache=True)
+def card_batch_bounds(sizes, batch_size):
+    """Cut a sequence of cards (sizes = their target counts, in training order) into batches: a batch closes once
+    it holds >= batch_size targets, the last one with whatever is left. Returns the boundaries (len = batches + 1)."""
+    bounds = np.empty(len(sizes) + 1, dtype=np.int64)
+    bounds[0] = 0
+    nb = 0
+    acc = 0
+    for pos in range(len(sizes)):
+        acc += sizes[pos]
+        if acc >= batch_size or pos == len(sizes) - 1:
+            nb += 1
+            bounds[nb] = pos + 1
+            acc = 0
+    return bounds[:nb + 1]
+
+
+@njit(cache=True)
 def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
-             t_y, t_wt, max_n, orders, batch_size, lr, betas, check_every_epoch):
-    """Adam with a per-step cosine schedule over mini-batches of whole cards (cut once ≥ batch_size targets),
-    penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after every step, and the best full objective
-    among the initial weights and the end of every epoch (check_every_epoch) or of the last one only."""
+             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch):
+    """Adam with a per-step cosine schedule, penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after
+    every step, and the best full objective among the initial weights and the end of every epoch
+    (check_every_epoch) or of the last one only.
+
+    Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
+    Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e]."""
     n_epoch = orders.shape[0]
-    n_cards = len(c_start)
     n_targets = len(t_pos)
     n_w = len(w0)
     buf = scratch(max_n)
     grad = np.zeros(n_w)
-    bounds = np.empty(n_cards + 1, dtype=np.int64)
     n_batches_total = 0
     for e in range(n_epoch):
-        acc = 0
-        for pos in range(n_cards):
-            acc += c_te[orders[e, pos]] - c_tb[orders[e, pos]]
-            if acc >= batch_size or pos == n_cards - 1:
-                n_batches_total += 1
-                acc = 0
+        n_batches_total += n_batches[e]
     w = w0.copy()
     m = np.zeros(n_w)
     v = np.zeros(n_w)
@@ -152,24 +165,15 @@ def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_star
         + _penalty(w, w_init, inv_var)
     step_no = 0
     for e in range(n_epoch):
-        order = orders[e]
-        nb = 0
-        bounds[0] = 0
-        acc = 0
-        for pos in range(n_cards):
-            acc += c_te[order[pos]] - c_tb[order[pos]]
-            if acc >= batch_size or pos == n_cards - 1:
-                nb += 1
-                bounds[nb] = pos + 1
-                acc = 0
-        for b in range(nb):
+        for b in range(n_batches[e]):
             grad[:] = 0.0
             nt = 0
-            for pos in range(bounds[b], bounds[b + 1]):
-                c = order[pos]
-                nt += c_te[c] - c_tb[c]
-                card_loss_grad(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, t_y, t_wt, c_tb[c], c_te[c],
-                               buf, grad)
+            for pos in range(bounds[e, b], bounds[e, b + 1]):
+                it = orders[e, pos]
+                c = items[it, 0]
+                nt += items[it, 2] - items[it, 1]
+                card_loss_grad(w, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
+                               items[it, 2], buf, grad)
             scale = nt / n_targets
             lr_t = lr * 0.5 * (1.0 + math.cos(math.pi * step_no / n_batches_total))
             step_no += 1

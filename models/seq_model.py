@@ -80,6 +80,9 @@ class SeqModel(Model):
     # `other.py` model (January 2025) come from a pandas sort that was not stable (numpy quicksort); with it the
     # upstream-style trainer reproduces them to the 6th decimal (tests/test_fsrs_v123.py).
     batch_sort: str = "quicksort"
+    # Mini-batches of the fast trainer: "cards" (one pass per card) or "length" (upstream's target batches, for
+    # models whose 5 epochs stop far from convergence, where the batches decide where training ends).
+    engine_batching: str = "cards"
 
     def __init__(self, cfg=None):
         if cfg is None:
@@ -121,7 +124,8 @@ class SeqModel(Model):
             mask[list(self.frozen)] = 0.0
         if getattr(self.cfg, "trainer", "fast") == "fast":
             w = self.engine.fit(w_init, train, self.cfg, w_init=w_init, sigma=self.sigma, grad_mask=mask, keep=keep,
-                                lr=self.lr)
+                                lr=self.lr, batching=self.engine_batching, sort_kind=self.batch_sort,
+                                check_every_epoch=self.engine_batching == "length")  # upstream's checkpoints too
         else:
             net = self.torch_net(w_init, mask)
             data = train if keep is None else train.subset(keep)
