@@ -45,25 +45,26 @@ _compiled_code_dir()
 
 REGISTRY: dict[str, str] = {
     "FSRS-6": "models.fsrs6:FSRS6",
+    "FSRS-rs": "models.fsrs_rs:FSRSRs",
     "FSRS-5": "models.fsrs_v5:FSRS5",
     "FSRS-4.5": "models.fsrs_v45:FSRS45",
     "FSRSv4": "models.fsrs_v4:FSRSv4",
     "FSRSv3": "models.fsrs_v3:FSRSv3",
     "FSRSv2": "models.fsrs_v2:FSRSv2",
     "FSRSv1": "models.fsrs_v1:FSRSv1",
-    "FSRS-rs": "models.fsrs_rs:FSRSRs",
-    "AVG": "models.avg:AVG",
-    "HLR": "models.hlr:HLR",
-    "SM2-trainable": "models.sm2_trainable:SM2Trainable",
-    "Anki": "models.anki:Anki",
     "DASH": "models.dash:DASH",
     "DASH[MCM]": "models.dash:DASHMCM",
     "DASH[ACT-R]": "models.dash:DASHACTR",
     "ACT-R": "models.act_r:ACTR",
+    "HLR": "models.hlr:HLR",
+    "SM2-trainable": "models.sm2_trainable:SM2Trainable",
+    "Anki": "models.anki:Anki",
     "SM2": "models.sm2:SM2",
     "Ebisu-v2": "models.ebisu_v2:EbisuV2",
-    "RMSE-BINS-EXPLOIT": "models.baselines:RMSEBinsExploit",
+    "AVG": "models.avg:AVG",
     "MOVING-AVG": "models.baselines:MovingAvg",
+    "RMSE-BINS-EXPLOIT": "models.baselines:RMSEBinsExploit",
+    "90%": "models.baselines:Constant90",
 }
 
 

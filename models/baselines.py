@@ -174,3 +174,16 @@ class RMSEBinsExploit(Model):
         ids = bin_keys(rows)
         n_bins = int(ids.max()) + 1 if len(ids) else 0
         return _exploit(ids, rows["y"].to_numpy(np.float64), n_bins, n_skip)
+
+
+class Constant90(Model):
+    """Upstream's "90%" debugging baseline (`ConstantModel`): p = 0.9 for every review, no training."""
+
+    name = "90%"
+    n_params = 0
+
+    def __init__(self, cfg=None):
+        pass
+
+    def predict(self, test: ReviewData) -> np.ndarray:
+        return np.full(len(test), 0.9)

@@ -269,3 +269,15 @@ def test_end_to_end_embedded(tmp_path, algo, short):
     assert cfg.name == (f"{algo}-short" if short else algo)
     for line in lines:
         assert line["size"] > 0 and math.isfinite(line["metrics"]["LogLoss"])
+
+
+def test_constant_90_row_log_loss_by_hand(tmp_path):
+    """`--model 90%`: p = 0.9 everywhere, so Log Loss = −(k·ln 0.9 + (n − k)·ln 0.1)/n over the evaluated reviews."""
+    cfg = RunConfig(algo="90%", processes=1, users=[1], result_dir=tmp_path, quiet=True, raw=True,
+                    raw_dir=tmp_path / "raw")
+    assert run(cfg).done == 1
+    line = read_results(tmp_path / "90%.jsonl")[0][0]
+    y = np.array(read_results(tmp_path / "raw" / "90%.jsonl")[0][0]["y"])
+    k, n = int(y.sum()), len(y)
+    assert n == line["size"]
+    assert line["metrics"]["LogLoss"] == pytest.approx(-(k * math.log(0.9) + (n - k) * math.log(0.1)) / n, abs=1e-6)
