@@ -24,7 +24,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: numba's cached kernels refer to the module as bench.simulate
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import bench.simulate
+
+    sys.exit(bench.simulate.main())
 
 import numpy as np
 import pandas as pd
