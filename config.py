@@ -22,7 +22,7 @@ ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM"}  # LSTM: its published --
 @dataclass
 class RunConfig:
     algo: str = "FSRS-6"
-    data: Path | None = None  # None: ../anki-revlogs-10k if present, else the embedded data set
+    data: Path | str | None = None  # None: ../anki-revlogs-10k if present, else the embedded data set; str: a URL
     processes: int = field(default_factory=lambda: os.cpu_count() or 1)
     max_user_id: int | None = None
     users: list[int] | None = None  # explicit subset (testing, cluster sharding)
@@ -45,6 +45,8 @@ class RunConfig:
     raw_dir: Path = REPO_ROOT / "raw"
     evaluation_dir: Path = REPO_ROOT / "evaluation"
     quiet: bool = False
+    executor: str = "local"  # local: process pool on this machine; dask: a Dask cluster (runner._run_dask)
+    scheduler: str | None = None  # with executor dask: tcp://host:8786; None starts a LocalCluster on loopback
 
     @property
     def include_short(self) -> bool:
@@ -81,9 +83,10 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--rust", dest="algo", action="store_const", const="FSRS-rs", default=argparse.SUPPRESS,
                    help="upstream's script.py --rust: evaluate FSRS-rs (FSRS-6 trained by the Rust fsrs crate via "
                         "fsrs-rs-python's benchmark()); same as --algo FSRS-rs, result file FSRS-rs")
-    p.add_argument("--data", type=Path, default=None,
-                   help="dataset root in the anki-revlogs-10k layout (revlogs/user_id=N/data.parquet); "
-                        "default: ../anki-revlogs-10k if it exists, else the embedded data set in data/embedded")
+    p.add_argument("--data", type=data_arg, default=None,
+                   help="dataset root in the anki-revlogs-10k layout (revlogs/user_id=N/data.parquet): a folder or "
+                        "an fsspec URL (s3://bucket/prefix, gs://..., file://...); default: ../anki-revlogs-10k if "
+                        "it exists, else the embedded data set in data/embedded")
     p.add_argument("--processes", type=int, default=os.cpu_count() or 1,
                    help="worker processes, one user each (1 runs in this process)")
     p.add_argument("--max-user-id", dest="max_user_id", type=int, default=None, help="only users with id <= N")
@@ -120,7 +123,18 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--result-dir", dest="result_dir", type=Path, default=REPO_ROOT / "result",
                    help="where result/<name>.jsonl is written")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="local: a process pool on this machine (a worker killed mid-user is replaced and its user "
+                        "retried once); dask: users are tasks on a Dask cluster (see --scheduler)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: the scheduler to connect to (tcp://host:8786); default: start a "
+                        "LocalCluster of --processes single-threaded workers on 127.0.0.1")
     return p
+
+
+def data_arg(value: str) -> Path | str:
+    """--data: URLs (anything with "://") stay strings for fsspec; everything else is a local path."""
+    return value if "://" in value else Path(value)
 
 
 def parse_users(spec: str | None) -> list[int] | None:

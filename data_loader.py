@@ -6,6 +6,7 @@ names the user and the problem, so the runner can report it in one line and go o
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -24,8 +25,50 @@ class DataError(Exception):
     """A user's data cannot be used; the message says which user and why."""
 
 
-def resolve_data_root(data: Path | None) -> tuple[Path, str]:
-    """The dataset folder to use, and one line telling the user which one it is."""
+# A data root is a local Path, or a string URL (s3://bucket/prefix, gs://..., any fsspec protocol) read through
+# fsspec; "file://" URLs become local Paths. Everything below takes either.
+DataRoot = Path | str
+
+
+def is_url(data) -> bool:
+    return isinstance(data, str) and "://" in data
+
+
+def _fs(root: str):
+    """(fsspec filesystem, path without protocol) of a URL root; credentials and endpoints come from the usual
+    environment (AWS_ENDPOINT_URL, AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS, ...)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(root)
+    return fs, path.rstrip("/")
+
+
+def partition_exists(root: DataRoot, table: str, user_id: int) -> bool:
+    """Whether `<root>/<table>/user_id=N` exists (local folder or object-store prefix)."""
+    if is_url(root):
+        fs, path = _fs(root)
+        return fs.exists(f"{path}/{table}/user_id={user_id}")
+    return (Path(root) / table / f"user_id={user_id}").exists()
+
+
+def resolve_data_root(data: DataRoot | None) -> tuple[DataRoot, str]:
+    """The dataset folder (or URL) to use, and one line telling the user which one it is."""
+    if isinstance(data, str) and data.startswith("file://"):
+        data = Path(data.removeprefix("file://"))
+    if is_url(data):
+        root = data.rstrip("/")
+        try:
+            fs, path = _fs(root)
+            ok = fs.isdir(f"{path}/revlogs")
+        except ImportError as exc:
+            raise DataError(f"cannot read {root}: {exc} (install the fsspec driver for this protocol, e.g. s3fs, "
+                            f"gcsfs)") from None
+        except Exception as exc:  # no credentials, no such bucket, endpoint down
+            raise DataError(f"cannot read {root}: {type(exc).__name__}: {exc}") from None
+        if not ok:
+            raise DataError(f"{root} has no revlogs/ prefix (expected the anki-revlogs-10k layout: "
+                            f"revlogs/user_id=N/data.parquet)")
+        return root, f"data: {root}"
     if data is not None:
         root = Path(data)
         if not (root / "revlogs").is_dir():
@@ -40,9 +83,16 @@ def resolve_data_root(data: Path | None) -> tuple[Path, str]:
     raise DataError(f"no data: {DEFAULT_DATA} does not exist and the embedded data set is missing; pass --data PATH")
 
 
-def list_user_ids(root: Path) -> list[int]:
+def list_user_ids(root: DataRoot) -> list[int]:
     """User ids from the partition folder names, ascending."""
     ids = []
+    if is_url(root):
+        fs, path = _fs(root)
+        for entry in fs.ls(f"{path}/revlogs", detail=True):
+            m = _USER_DIR.match(entry["name"].rstrip("/").rsplit("/", 1)[-1])
+            if m and entry["type"] == "directory":
+                ids.append(int(m.group(1)))
+        return sorted(ids)
     for entry in (Path(root) / "revlogs").iterdir():
         m = _USER_DIR.match(entry.name)
         if m and entry.is_dir():
@@ -50,7 +100,51 @@ def list_user_ids(root: Path) -> list[int]:
     return sorted(ids)
 
 
-def _read_partition(root: Path, table: str, user_id: int) -> pd.DataFrame:
+@functools.lru_cache(maxsize=None)  # run_table.py asks once per row; the files do not change during a run
+def _count_rows(root: DataRoot, user_id: int) -> int:
+    """Reviews in a user's revlogs from the parquet footers alone (no data pages are read)."""
+    if is_url(root):
+        fs, path = _fs(root)
+        files = sorted(f for f in fs.find(f"{path}/revlogs/user_id={user_id}")
+                       if not f.rsplit("/", 1)[-1].startswith((".", "_")))
+        total = 0
+        for f in files:
+            with fs.open(f, "rb") as fh:
+                total += pq.ParquetFile(fh).metadata.num_rows
+        return total
+    folder = Path(root) / "revlogs" / f"user_id={user_id}"
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(folder.rglob("*"))
+               if f.is_file() and not f.name.startswith((".", "_")))
+
+
+def review_counts(root: DataRoot, users: list[int]) -> dict[int, int]:
+    """Reviews per user from the parquet metadata, to schedule the largest collections first; a user whose files
+    cannot be read counts 0 here (the run reports the real error when it gets to that user)."""
+    def count(user: int) -> int:
+        try:
+            return _count_rows(root, user)
+        except Exception:
+            return 0
+
+    if is_url(root) and len(users) > 1:  # one round trip per file: overlap them
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(32, len(users))) as ex:
+            return dict(zip(users, ex.map(count, users)))
+    return {u: count(u) for u in users}
+
+
+def _read_partition(root: DataRoot, table: str, user_id: int) -> pd.DataFrame:
+    if is_url(root):
+        fs, path = _fs(root)
+        folder = f"{path}/{table}/user_id={user_id}"
+        where = f"{root}/{table}/user_id={user_id}"
+        if not fs.exists(folder):
+            raise DataError(f"user {user_id}: {where} does not exist")
+        try:
+            return pq.read_table(folder, filesystem=fs).to_pandas()
+        except Exception as exc:  # corrupt or unreadable parquet, lost connection
+            raise DataError(f"user {user_id}: cannot read {where}: {exc}") from None
     folder = Path(root) / table / f"user_id={user_id}"
     if not folder.exists():
         raise DataError(f"user {user_id}: {folder} does not exist")
@@ -60,7 +154,7 @@ def _read_partition(root: Path, table: str, user_id: int) -> pd.DataFrame:
         raise DataError(f"user {user_id}: cannot read {folder}: {exc}") from None
 
 
-def load_revlogs(root: Path, user_id: int) -> pd.DataFrame:
+def load_revlogs(root: DataRoot, user_id: int) -> pd.DataFrame:
     """One user's revlog in file (= time) order, validated."""
     df = _read_partition(root, "revlogs", user_id)
     df = df.drop(columns=[c for c in df.columns if c.startswith("__index") or c == "user_id"])
@@ -87,7 +181,7 @@ def load_revlogs(root: Path, user_id: int) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def load_partitions(root: Path, user_id: int, kind: str, card_ids: pd.Series) -> np.ndarray:
+def load_partitions(root: DataRoot, user_id: int, kind: str, card_ids: pd.Series) -> np.ndarray:
     """Per-review partition (deck_id or preset_id); -1 where the card or deck is unknown, as upstream fills it."""
     if kind == "none":
         return np.zeros(len(card_ids), dtype=np.int64)

@@ -1,19 +1,28 @@
 """The per-user job and the run loop shared by `script.py` and `other.py`.
 
 One user: load → features → TimeSeriesSplit folds → fit/predict per partition → metrics → one result record.
-The run: users not yet in `result/<name>.jsonl` go to a process pool; each finished user is appended as one
-complete line (a single write, flushed and fsynced), so a run killed at any instant loses at most the users in
-flight, and a torn last line from such a kill is dropped on the next start.
+The run: users not yet in `result/<name>.jsonl`, largest first, go to a process pool (or to a Dask cluster with
+`--executor dask`); each finished user is appended as one complete line by this process alone (a single write,
+flushed and fsynced), so a run killed at any instant loses at most the users in flight, and a torn last line from
+such a kill is dropped on the next start. A worker that dies (out-of-memory killer, kill -9) costs only the user it
+was running: the pool is rebuilt and that user retried; a user that kills its worker twice is reported as failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
+import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +32,7 @@ import pandas as pd
 import metrics
 import models
 from config import RunConfig
-from data_loader import DataError, list_user_ids, load_partitions, load_revlogs, resolve_data_root
+from data_loader import DataError, list_user_ids, load_partitions, load_revlogs, resolve_data_root, review_counts
 from features import FeatureConfig, NotEnoughData, build_features, history_strings
 from models.base import InadequateData, ReviewData
 from split import time_series_folds
@@ -59,6 +68,11 @@ def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
         n_bad = int((~revlogs["rating"].isin([1, 2, 3, 4])).sum())
         warning = f"dropped {n_bad} review(s) with a rating outside 1-4" if n_bad else None
         data = build_features(revlogs, FeatureConfig.from_run(cfg), part)
+        # Optional model hook: the targets upstream's code path for this model evaluates, chosen before the split
+        # (e.g. SM2/Ebisu-v2 drop cards missing from the cards/decks tables; see models/sm2.py).
+        restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
+        if restrict is not None:
+            data = restrict(data, root, user_id)
     except NotEnoughData as exc:
         return UserOutcome(user_id, skipped=str(exc))
     except DataError as exc:
@@ -170,10 +184,10 @@ def _init_worker(threads: int) -> None:
     fork keep the parent's size, so they are capped here: otherwise two workers on two cores run 4 threads and
     each user takes twice as long."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
     from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(threads)
+    if "torch" in sys.modules:  # a torch imported later reads OMP_NUM_THREADS; models without torch skip its ~1.5 s
+        sys.modules["torch"].set_num_threads(threads)
     threadpool_limits(threads)
 
 
@@ -195,9 +209,259 @@ def _log(msg: str) -> None:
     tqdm.write(msg, file=sys.stderr)
 
 
-def run(cfg: RunConfig) -> RunSummary:
+# ------------------------------------------------------------------------------------- surviving dead workers
+
+MAX_WORKER_DEATHS = 2  # a user whose task kills its worker this many times is reported as failed
+
+
+def _death_reason(exitcode: int | None) -> str:
+    """A dead worker's exit status in words: "signal 9 (SIGKILL)", "exit code 3"."""
+    if exitcode is None:
+        return "unknown exit status"
+    if exitcode < 0:
+        try:
+            return f"signal {-exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _death_message(reasons: list[str]) -> str:
+    """The error reported for a user whose task kept killing its worker."""
+    distinct = list(dict.fromkeys(reasons))
+    msg = f"worker killed, {', '.join(distinct)}, {_times(len(reasons))}"
+    return msg + (" — out of memory?" if any("SIGKILL" in r for r in reasons) else "")
+
+
+def _pool_task(user: int, cfg: RunConfig, root, marker_dir: str) -> UserOutcome:
+    """One user in a pool worker. While it runs, `<marker_dir>/<worker pid>` names the user, so that after a crash
+    the parent can tell which user the dead worker was running."""
+    marker = os.path.join(marker_dir, str(os.getpid()))
+    with open(marker, "w") as fh:
+        fh.write(str(user))
+    try:
+        return evaluate_user(user, cfg, root)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(marker)
+
+
+def _dead_workers(procs: dict, marker_dir: str) -> dict[int, str]:
+    """user → exit status, for the users that were running in a worker that died on its own. After one worker
+    dies the executor terminates the others (SIGTERM), so those are not blamed; if no worker can be blamed (exit
+    statuses unreadable, or the killer used SIGTERM too), every user that was mid-task is."""
+    running: dict[int, int] = {}  # pid → user
+    for name in os.listdir(marker_dir):
+        with contextlib.suppress(ValueError, OSError):
+            running[int(name)] = int(Path(marker_dir, name).read_text())
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(marker_dir, name))
+    codes = {}
+    for pid, proc in procs.items():
+        with contextlib.suppress(Exception):
+            proc.join(5)
+            codes[pid] = proc.exitcode
+    blamed = {user: _death_reason(codes[pid]) for pid, user in running.items()
+              if codes.get(pid) not in (None, 0, -signal.SIGTERM)}
+    return blamed or {user: _death_reason(codes.get(pid)) for pid, user in running.items()}
+
+
+def _run_local_pool(cfg: RunConfig, root, todo: list[int], handle, bar) -> None:
+    """`todo` on a process pool, in order. A dead worker breaks the whole pool (concurrent.futures' rule): the users
+    whose results were lost are resubmitted to a new pool; the one the dead worker was running is charged one
+    death, and reported as failed after MAX_WORKER_DEATHS."""
+    ctx = _pool_context(cfg)
+    deaths: dict[int, list[str]] = {}
+    pending = list(todo)
+    fruitless = 0  # consecutive pool breaks that neither finished a user nor could blame one
+    marker_dir = tempfile.mkdtemp(prefix="srs-bench-pool-")
+    try:
+        while pending:
+            pool = ProcessPoolExecutor(max_workers=min(cfg.processes, len(pending)), mp_context=ctx,
+                                       initializer=_init_worker, initargs=(cfg.torch_num_threads,))
+            futures: dict = {}
+            handled: set[int] = set()
+            try:
+                with contextlib.suppress(BrokenProcessPool):  # a worker may die while 10,000 users are submitted
+                    for u in pending:
+                        futures[pool.submit(_pool_task, u, cfg, root, marker_dir)] = u
+                procs = dict(getattr(pool, "_processes", None) or {})  # pid → Process: exit statuses after a crash
+                for fut in as_completed(futures):
+                    user = futures[fut]
+                    try:
+                        outcome = fut.result()
+                    except BrokenProcessPool:  # a worker died: this user's result (if it had started) is lost
+                        continue
+                    except Exception as exc:  # the result could not be sent back
+                        outcome = UserOutcome(user, error=f"worker failed: {type(exc).__name__}: {exc}")
+                    handle(outcome)
+                    bar.update()
+                    handled.add(user)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+            lost = {u for u in pending if u not in handled}
+            if not lost:
+                break
+            progressed = bool(handled)
+            blamed = {u: r for u, r in _dead_workers(procs, marker_dir).items() if u in lost}
+            gave_up = set()
+            for user, reason in blamed.items():
+                deaths.setdefault(user, []).append(reason)
+                if len(deaths[user]) >= MAX_WORKER_DEATHS:
+                    gave_up.add(user)
+                    handle(UserOutcome(user, error=_death_message(deaths[user])))
+                    bar.update()
+                else:
+                    _log(f"user {user}: its worker died ({reason}); retrying it on a fresh worker")
+            fruitless = 0 if (progressed or blamed) else fruitless + 1
+            pending = [u for u in pending if u in lost and u not in gave_up]
+            if fruitless >= 3:  # e.g. workers that die before running anything: do not loop for ever
+                for user in pending:
+                    handle(UserOutcome(user, error="the process pool broke 3 times in a row without finishing or "
+                                                   "starting a user (workers dying at start-up?)"))
+                    bar.update()
+                break
+            if pending:
+                _log(f"process pool rebuilt after a worker died; {len(pending)} unfinished user(s) resubmitted")
+    finally:
+        shutil.rmtree(marker_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------- Dask executor
+
+_DASK_WORKER_THREADS: int | None = None
+
+
+def _dask_task(user: int, cfg: RunConfig, root) -> UserOutcome:
+    """One user on a Dask worker (threads capped once per worker process, as the local pool's initializer does)."""
+    global _DASK_WORKER_THREADS
+    if _DASK_WORKER_THREADS != cfg.torch_num_threads:
+        _init_worker(cfg.torch_num_threads)
+        _DASK_WORKER_THREADS = cfg.torch_num_threads
+    return evaluate_user(user, cfg, root)
+
+
+def _dask_entry():
+    """The function submitted to Dask, made here so that cloudpickle ships it by value: the scheduler deserializes
+    every task, and a task that referred to this repository's modules (or carried a RunConfig) would need the code
+    on the scheduler too. Only the workers need it; the config travels as a dict of plain values."""
+    def run_user(user: int, cfg_fields: dict, root):
+        import runner
+        from config import RunConfig
+
+        return runner._dask_task(user, RunConfig(**cfg_fields), root)
+
+    return run_user
+
+
+@contextlib.contextmanager
+def dask_client(cfg: RunConfig, n_workers: int | None = None):
+    """A `distributed.Client`: connected to `cfg.scheduler`, or to a LocalCluster of single-threaded worker
+    processes on 127.0.0.1 (closed on exit). The LocalCluster's scheduler holds queued users back until a worker
+    is free (worker-saturation 1.0: one task per single-threaded worker, so a dead worker takes only the user it
+    was running with it; Dask queues a group of tasks larger than twice the cluster's threads) and fails a task
+    after MAX_WORKER_DEATHS workers died running it (allowed-failures); a remote scheduler uses its own settings
+    (docs/cluster.md)."""
+    import logging
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    if cfg.scheduler:
+        try:
+            client = Client(cfg.scheduler, timeout="30s")
+        except (OSError, TimeoutError) as exc:
+            raise DataError(f"cannot connect to the Dask scheduler at {cfg.scheduler}: {exc}") from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    with dask.config.set({"distributed.scheduler.allowed-failures": MAX_WORKER_DEATHS - 1,
+                          "distributed.scheduler.worker-saturation": 1.0,
+                          # the statistical profiler (for the dashboard, off here) samples the task thread every
+                          # 10 ms: ~4% of a busy worker's CPU, and it slows the user it interrupts
+                          "distributed.worker.profile.enabled": False}):
+        cluster = LocalCluster(n_workers=max(1, n_workers or cfg.processes), threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=None, silence_logs=logging.CRITICAL)
+    client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _check_dask_workers(client, root) -> None:
+    """Every worker must import this repository's code and see the data; say so clearly before submitting."""
+    def probe(root):  # nested: cloudpickle ships it by value, so it runs even where `runner` cannot be imported
+        import importlib
+        import os
+
+        try:
+            importlib.import_module("runner")
+        except Exception as exc:
+            return f"cannot import srs-bench's runner ({exc}); start the worker from the repository with " \
+                   f"PYTHONPATH=<repo> (docs/cluster.md)"
+        if "://" not in str(root) and not os.path.isdir(os.path.join(str(root), "revlogs")):
+            return f"the data folder {root} is not visible on this worker: use a shared file system or an " \
+                   f"object-store URL (--data s3://...)"
+        return None
+
+    if not client.scheduler_info().get("workers"):
+        _log("waiting for a Dask worker to join the scheduler ...")
+        client.wait_for_workers(1)
+    problems = {addr: msg for addr, msg in client.run(probe, root).items() if msg}
+    if problems:
+        raise DataError("Dask worker(s) not ready: " + "; ".join(f"{a}: {m}" for a, m in problems.items()))
+
+
+def _run_dask(cfg: RunConfig, root, todo: list[int], handle, bar, client=None) -> None:
+    """`todo` as Dask tasks, one per user, in order (largest first). Results come back here and only here are
+    they written. A worker that dies mid-task is the scheduler's to retry (allowed-failures); a user that
+    exhausts it (KilledWorker) or fails in any other way is reported as failed, never dropped."""
+    from distributed import KilledWorker
+    from distributed import as_completed as dask_as_completed
+
+    cm = contextlib.nullcontext(client) if client is not None else dask_client(cfg, min(cfg.processes, len(todo)))
+    with cm as client:
+        _check_dask_workers(client, root)
+        token = uuid.uuid4().hex[:8]
+        # One map call: the tasks run in list order (largest first), and they arrive as one group, so a run of
+        # more users than twice the cluster's threads is queued on the scheduler and each worker holds only the
+        # user it is running (a death then counts against that user alone).
+        mapped = client.map(_dask_entry(), todo, key=[f"srs-bench-{cfg.name}-user{u}-{token}" for u in todo],
+                            pure=False, cfg_fields=dataclasses.asdict(cfg), root=root)
+        futures = dict(zip(mapped, todo))
+        for fut in dask_as_completed(list(futures)):
+            user = futures[fut]
+            try:
+                outcome = fut.result()
+            except KilledWorker as exc:
+                outcome = UserOutcome(user, error=f"worker killed {_times(exc.allowed_failures + 1)} running this "
+                                                  f"user (Dask KilledWorker) — out of memory? see the workers' logs")
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # the task raised, was cancelled, or the scheduler went away
+                outcome = UserOutcome(user, error=f"dask task failed: {type(exc).__name__}: {exc}")
+            fut.release()
+            handle(outcome)
+            bar.update()
+
+
+# ----------------------------------------------------------------------------------------------------- the run
+
+def run(cfg: RunConfig, client=None) -> RunSummary:
+    """Run every user of `cfg` not yet in its result file. `client`: an open distributed.Client to reuse with
+    `--executor dask` (run_table.py runs every row on one cluster); by default one is made for this run."""
     from tqdm import tqdm
 
+    if cfg.scheduler and cfg.executor != "dask":
+        raise DataError("--scheduler is for --executor dask")
     root, where = resolve_data_root(cfg.data)
     print(where, file=sys.stderr)
     cfg.result_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +483,9 @@ def run(cfg: RunConfig) -> RunSummary:
         users = [u for u in users if u <= cfg.max_user_id]
     summary = RunSummary(already=sum(u in finished for u in users))
     todo = [u for u in users if u not in finished]
+    if len(todo) > 1 and (cfg.executor == "dask" or cfg.processes > 1):
+        sizes = review_counts(root, todo)  # parquet footers only
+        todo.sort(key=lambda u: -sizes[u])  # largest first, so the slowest collection does not start last
     print(f"{cfg.name}: {len(todo)} user(s) to run, {summary.already} already in {result_path}", file=sys.stderr)
 
     def handle(outcome: UserOutcome) -> None:
@@ -242,22 +509,15 @@ def run(cfg: RunConfig) -> RunSummary:
 
     bar = tqdm(total=len(todo), desc=cfg.name, unit="user", disable=cfg.quiet or not todo, file=sys.stderr)
     try:
-        if cfg.processes <= 1 or len(todo) <= 1:
+        if cfg.executor == "dask" and todo:
+            _run_dask(cfg, root, todo, handle, bar, client)
+        elif cfg.processes <= 1 or len(todo) <= 1:
             _init_worker(cfg.torch_num_threads)
             for user in todo:
                 handle(evaluate_user(user, cfg, root))
                 bar.update()
         else:
-            ctx = _pool_context(cfg)
-            with ProcessPoolExecutor(max_workers=min(cfg.processes, len(todo)), mp_context=ctx,
-                                     initializer=_init_worker, initargs=(cfg.torch_num_threads,)) as pool:
-                futures = {pool.submit(evaluate_user, u, cfg, root): u for u in todo}
-                for fut in as_completed(futures):
-                    try:
-                        handle(fut.result())
-                    except Exception as exc:  # a worker died (out of memory, killed)
-                        handle(UserOutcome(futures[fut], error=f"worker failed: {type(exc).__name__}: {exc}"))
-                    bar.update()
+            _run_local_pool(cfg, root, todo, handle, bar)
     finally:
         bar.close()
         rewrite_sorted(result_path)

@@ -67,7 +67,9 @@ def restrict_to_joined_cards(data: ReviewData, root: Path, user_id: int) -> Revi
     from data_loader import _read_partition
     from features import NotEnoughData
 
-    if not all((Path(root) / table / f"user_id={user_id}").exists() for table in ("cards", "decks")):
+    from data_loader import partition_exists  # local folders and object-store URLs alike
+
+    if not all(partition_exists(root, table, user_id) for table in ("cards", "decks")):
         return data
     mask = upstream_card_join_mask(data.rows["card_id"].to_numpy(), _read_partition(root, "cards", user_id),
                                    _read_partition(root, "decks", user_id))
