@@ -50,6 +50,7 @@ from numba import njit
 
 from models import fsrs6_params as params
 from models.base import ReviewData
+from models.seq_engine import Cards as _Cards  # targets grouped by card: the layout of every one-pass kernel
 from training import recency_weights  # noqa: F401 (upstream's --recency weights; re-exported)
 
 N_PARAMS = 21
@@ -410,39 +411,6 @@ def _adam_fit(w0, w_init, inv_var, lower, upper, seq_dt, seq_g, c_start, c_n, c_
                 best = cur
                 best_w[:] = w
     return best_w, best
-
-
-# ------------------------------------------------------------------------------------------------ data layout
-
-class _Cards:
-    """Targets grouped by card (sorted by history length), with the sequence span each card needs."""
-
-    __slots__ = ("seq_dt", "seq_g", "c_start", "c_n", "c_tb", "c_te", "t_pos", "t_dt", "t_y", "t_wt", "t_row",
-                 "max_n")
-
-    def __init__(self, data: ReviewData, weights: np.ndarray | None = None, keep: np.ndarray | None = None):
-        rows = data.rows
-        start = rows["seq_start"].to_numpy(np.int64)
-        pos = rows["seq_pos"].to_numpy(np.int64)
-        sel = np.arange(len(rows)) if keep is None else np.flatnonzero(keep)
-        sel = sel[pos[sel] >= 1]  # a first review has no history and is never a target
-        order = sel[np.lexsort((pos[sel], start[sel]))]
-        self.t_row = order
-        self.t_pos = pos[order]
-        self.t_dt = rows["delta_t"].to_numpy(np.float64)[order]
-        self.t_y = rows["y"].to_numpy(np.float64)[order]
-        w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
-        self.t_wt = w[order]
-        st = start[order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = st[1:] != st[:-1]
-        self.c_tb = np.flatnonzero(first).astype(np.int64)
-        self.c_te = np.append(self.c_tb[1:], len(order)).astype(np.int64)
-        self.c_start = st[self.c_tb]
-        self.c_n = self.t_pos[self.c_te - 1] if len(order) else np.zeros(0, dtype=np.int64)  # states 0..maxpos-1
-        self.max_n = int(self.c_n.max()) if len(self.c_n) else 1
-        self.seq_dt = np.ascontiguousarray(data.seq_delta_t, dtype=np.float64)
-        self.seq_g = np.ascontiguousarray(data.seq_rating, dtype=np.int64)
 
 
 def _as_w(w) -> np.ndarray:
