@@ -29,7 +29,8 @@ from numba import njit
 from torch import nn
 
 import training
-from models.dash import bce, round4, with_max_seq_len
+from models.dash import round4, with_max_seq_len
+from models.kernel_math import bce
 from models.seq_model import SeqModel
 
 SECONDS_PER_DAY = 86400.0

@@ -40,27 +40,16 @@ from torch import nn
 
 import training
 from models.base import InadequateData, ReviewData
+from models.kernel_math import bce
 from models.seq_model import SeqModel
 
 WINDOWS = (1.0, 7.0, 30.0, math.inf)
 MCM_TAU = (0.2434, 1.9739, 16.0090, 129.8426)
 ACTR_MIN_DELTA = 0.1  # upstream's clamp value; entries equal to it (after the clamp) are dropped
 N_STATE = 8
-BCE_LOG_FLOOR = -100.0  # as torch's binary_cross_entropy (and the engine's bce)
-BCE_GRAD_EPS = 1e-12
 
 
 # ------------------------------------------------------------------------------------------ shared numba helpers
-
-@njit(cache=True, inline="always")
-def bce(p, y, wt):
-    """(weighted BCE, d/dp) with torch's clamping (same as the engine's)."""
-    if y > 0.5:
-        loss = -wt * max(math.log(p), BCE_LOG_FLOOR) if p > 0.0 else -wt * BCE_LOG_FLOOR
-    else:
-        loss = -wt * max(math.log1p(-p), BCE_LOG_FLOOR) if p < 1.0 else -wt * BCE_LOG_FLOOR
-    return loss, wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
-
 
 @njit(cache=True, inline="always")
 def sigmoid(z):

@@ -32,6 +32,7 @@ import torch
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
+from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
 
 N_STATE = 3
 
@@ -107,16 +108,6 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     gprev[2] = gl_prev
 
 
-@njit(cache=True)
-def curve(w, state, t):
-    return exp_curve(state[0], t)
-
-
-@njit(cache=True)
-def curve_vjp(w, state, t, gp, gstate, gw):
-    gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
-
-
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_init(w, g, t):
@@ -134,10 +125,6 @@ def torch_step(w, state, t, g):
     s_lapse = w[0] * torch.exp(w[6] * lapses)
     ns = torch.where(g > 1, s_recall, s_lapse).clamp(S_MIN, S_MAX)
     return ns, nd, lapses + torch.relu(2 - g)
-
-
-def torch_curve(w, state, t):
-    return torch_exp_curve(t, state[0])
 
 
 class FSRSv1(FSRSLegacy):

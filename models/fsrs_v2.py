@@ -21,6 +21,7 @@ import torch
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
+from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
 
 N_STATE = 2
 
@@ -111,16 +112,6 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     gprev[1] = gd_prev
 
 
-@njit(cache=True)
-def curve(w, state, t):
-    return exp_curve(state[0], t)
-
-
-@njit(cache=True)
-def curve_vjp(w, state, t, gp, gstate, gw):
-    gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
-
-
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_init(w, g, t):
@@ -136,10 +127,6 @@ def torch_step(w, state, t, g):
     s_recall = s * (1 + torch.exp(w[6]) * nd.pow(w[7]) * s.pow(w[8]) * (torch.exp((1 - r) * w[9]) - 1))
     s_lapse = w[10] * nd.pow(w[11]) * s.pow(w[12]) * (torch.exp((1 - r) * w[13]) - 1)
     return torch.where(g > 1, s_recall, s_lapse).clamp(S_MIN, S_MAX), nd
-
-
-def torch_curve(w, state, t):
-    return torch_exp_curve(t, state[0])
 
 
 class FSRSv2(FSRSLegacy):

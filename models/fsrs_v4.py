@@ -71,14 +71,46 @@ def core_curve_ds(r, s, t, factor, decay):
     return r * decay * x / ((1.0 + x) * s)
 
 
+@njit(cache=True, inline="always")
+def recall_stability(w, s, d, r, g):
+    """S after a successful long-term review, FSRS v4 to 6 alike: S·(1 + e^{w8}(11−D)S^{−w9}(e^{w10(1−R)}−1)·h·b)."""
+    return s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0) * _hb(w, g))
+
+
+@njit(cache=True, inline="always")
+def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min):
+    """Adjoint of `recall_stability` clamped to [s_min, S_MAX]: adds gs·∂S'/∂(S, D) (S also through R, via dr_ds)
+    into gprev and gs·∂S'/∂(w8, w9, w10, w15, w16) into gw; returns ∂S'/∂R (0 where the clamp holds S') for a curve
+    whose own parameters move R."""
+    hb = _hb(w, g)
+    e8 = math.exp(w[8])
+    pw = s ** (-w[9])
+    e10 = math.exp(w[10] * (1.0 - r))
+    core = e8 * (11.0 - d) * pw * (e10 - 1.0)
+    inc = core * hb
+    ns = s * (1.0 + inc)
+    if not (s_min <= ns <= S_MAX):
+        return 0.0
+    dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
+    gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
+    gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
+    gw[8] += gs * s * inc
+    gw[9] -= gs * s * inc * math.log(s)
+    gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
+    if g == 2:
+        gw[15] += gs * s * core
+    elif g == 4:
+        gw[16] += gs * s * core
+    return dns_dr
+
+
 @njit(cache=True)
 def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
     s = prev[0]
     d = prev[1]
     r = core_curve(s, t, factor, decay)
     if g > 1:
-        ns = s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
-                  * _hb(w, g))
+        ns = recall_stability(w, s, d, r, g)
     else:
         ns = w[11] * d ** (-w[12]) * ((s + 1.0) ** w[13] - 1.0) * math.exp(w[14] * (1.0 - r))
         if cap_lapse and s < ns:
@@ -107,25 +139,7 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
     r = core_curve(s, t, factor, decay)
     dr_ds = core_curve_ds(r, s, t, factor, decay)
     if g > 1:
-        hb = _hb(w, g)
-        e8 = math.exp(w[8])
-        pw = s ** (-w[9])
-        e10 = math.exp(w[10] * (1.0 - r))
-        core = e8 * (11.0 - d) * pw * (e10 - 1.0)
-        inc = core * hb
-        ns = s * (1.0 + inc)
-        if S_MIN <= ns <= S_MAX:
-            gs = gnew[0]
-            dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
-            gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
-            gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
-            gw[8] += gs * s * inc
-            gw[9] += gs * s * inc * (-math.log(s))
-            gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
-            if g == 2:
-                gw[15] += gs * s * core
-            elif g == 4:
-                gw[16] += gs * s * core
+        recall_stability_vjp(w, s, d, r, g, gnew[0], dr_ds, gprev, gw, S_MIN)
     else:
         dpw = d ** (-w[12])
         sp = (s + 1.0) ** w[13]

@@ -27,7 +27,7 @@ import torch
 from numba import njit
 
 from models.fsrs_init import initialize_s0
-from models.fsrs_v4 import _hb, core_curve, core_curve_ds, torch_power_curve
+from models.fsrs_v4 import core_curve, core_curve_ds, recall_stability, recall_stability_vjp, torch_power_curve
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -85,8 +85,7 @@ def core_step(w, prev, t, g, out, factor, decay, s_min, has_w19, floor_grade):
     else:
         r = core_curve(s, t, factor, decay)
         if g > 1:
-            ns = s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
-                      * _hb(w, g))
+            ns = recall_stability(w, s, d, r, g)
         else:
             sf = w[11] * d ** (-w[12]) * ((s + 1.0) ** w[13] - 1.0) * math.exp(w[14] * (1.0 - r))
             sm = s / math.exp(w[17] * w[18])
@@ -137,26 +136,9 @@ def core_step_vjp(w, prev, t, g, gnew, gprev, gw, factor, decay, s_min, has_w19,
     x = factor * t / s
     dr_dd = r * (-math.log1p(x) - decay / (1.0 + x) * t / s * dfactor) if dfactor != 0.0 else 0.0
     if g > 1:
-        hb = _hb(w, g)
-        e8 = math.exp(w[8])
-        pw = s ** (-w[9])
-        e10 = math.exp(w[10] * (1.0 - r))
-        core = e8 * (11.0 - d) * pw * (e10 - 1.0)
-        inc = core * hb
-        ns = s * (1.0 + inc)
-        if s_min <= ns <= S_MAX:
-            dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
-            gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
-            gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
-            gw[8] += gs * s * inc
-            gw[9] -= gs * s * inc * math.log(s)
-            gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
-            if dfactor != 0.0:
-                gw[20] += gs * dns_dr * dr_dd
-            if g == 2:
-                gw[15] += gs * s * core
-            elif g == 4:
-                gw[16] += gs * s * core
+        dns_dr = recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min)
+        if dfactor != 0.0:
+            gw[20] += gs * dns_dr * dr_dd
         return
     dpw = d ** (-w[12])
     sp = (s + 1.0) ** w[13]

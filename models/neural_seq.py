@@ -68,6 +68,7 @@ from torch import Tensor, nn
 
 import training
 from models.base import InadequateData, Model, ReviewData
+from models.kernel_math import bce
 
 TORCH_SEED = 42
 SHUFFLE_SEED = 2023
@@ -266,21 +267,8 @@ def _gru_backward(x, off, h0, w_hh, out, gates, gout, gw_ih, gw_hh, gb_ih, gb_hh
             gh0[c, j] = dh[j]
 
 
-BCE_LOG_FLOOR = -100.0  # torch's binary_cross_entropy clamps its logs here
-BCE_GRAD_EPS = 1e-12  # ... and the denominator p(1 − p) of its gradient here
-
 HEAD_SIGMOID_CELL = 0  # GRU-P: one more GRU step with the target's own (delta_t, last rating), p = σ(fc(h))
 HEAD_POWER_CURVE = 1  # GRU: S = exp(fc(h)), p = (1 + factor·t/S)^decay
-
-
-@njit(cache=True)
-def _bce(p, y, w):
-    """(weighted BCE, d/dp) with torch's clamping."""
-    if y > 0.5:
-        loss = -w * (max(math.log(p), BCE_LOG_FLOOR) if p > 0.0 else BCE_LOG_FLOOR)
-    else:
-        loss = -w * (max(math.log1p(-p), BCE_LOG_FLOOR) if p < 1.0 else BCE_LOG_FLOOR)
-    return loss, w * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
 
 
 @njit(cache=True)
@@ -321,7 +309,7 @@ def gru_cards_run(head, x, off, t_card, t_pos, t_dt, t_g, t_y, t_w, w_ih, w_hh, 
                 z += fc_w[0, i] * out_t[j, i]
             p = 1.0 / (1.0 + math.exp(-z))
             p_out[j] = p
-            lo, gp = _bce(p, t_y[j], t_w[j])
+            lo, gp = bce(p, t_y[j], t_w[j])
             loss += lo
             if grad:
                 gz = gp * p * (1.0 - p)
@@ -347,7 +335,7 @@ def gru_cards_run(head, x, off, t_card, t_pos, t_dt, t_g, t_y, t_w, w_ih, w_hh, 
             u = 1.0 + factor * t_dt[j] / s
             p = u ** decay
             p_out[j] = p
-            lo, gp = _bce(p, t_y[j], t_w[j])
+            lo, gp = bce(p, t_y[j], t_w[j])
             loss += lo
             if grad:
                 gz = gp * decay * p / u * (-factor * t_dt[j] / s)  # dp/dz with S = e^z

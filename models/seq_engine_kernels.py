@@ -15,20 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
+from models.kernel_math import bce
 from models.seq_model_stub import *  # noqa: F401,F403  MODEL-IMPORT (rebound per model by seq_engine.instantiate)
-
-BCE_LOG_FLOOR = -100.0  # torch's binary_cross_entropy clamps its logs here
-BCE_GRAD_EPS = 1e-12  # ... and the denominator p(1-p) of its gradient here
-
-
-@njit(cache=True, inline="always")
-def bce(p, y, wt):
-    """(weighted BCE, d/dp) with torch's clamping."""
-    if y > 0.5:
-        loss = -wt * max(math.log(p), BCE_LOG_FLOOR) if p > 0.0 else -wt * BCE_LOG_FLOOR
-    else:
-        loss = -wt * max(math.log1p(-p), BCE_LOG_FLOOR) if p < 1.0 else -wt * BCE_LOG_FLOOR
-    return loss, wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
 
 
 @njit(cache=True)

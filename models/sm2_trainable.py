@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from numba import njit
 
@@ -90,18 +91,10 @@ def init(w, g, t, out):
 
 @njit(cache=True)
 def init_vjp(w, g, t, state, gstate, gw):
-    # first review: reps' = 1 whatever G, so ivl' = w0; EF' = w2 − w3·(q − w4)² + w5 (the initial EF is w2 itself,
-    # not clamped)
-    if S_MIN <= w[0] <= S_MAX:
-        gw[0] += gstate[0]
-    d = g + 1.0 - w[4]
-    ne = w[2] - w[3] * d ** 2 + w[5]
-    if EF_MIN <= ne <= EF_MAX:
-        ge = gstate[1]
-        gw[2] += ge
-        gw[3] -= ge * d * d
-        gw[4] += ge * 2.0 * w[3] * d
-        gw[5] += ge
+    # the first review is a step from (ivl 0, EF w2, reps 0): its EF adjoint is w2's
+    g_start = np.zeros(3)
+    _step_vjp(w, 0.0, w[2], 0.0, g, gstate, g_start, gw)
+    gw[2] += g_start[1]
 
 
 @njit(cache=True)
