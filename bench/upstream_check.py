@@ -44,6 +44,11 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     upstream = json.loads((a.data / "upstream-results.json").read_text())
     names = a.models.split(",") if a.models else [m for m in upstream if m in models.REGISTRY]
+    missing = [m for m in names if m not in upstream]
+    if missing:
+        print(f"no upstream results for {', '.join(missing)} in {a.data / 'upstream-results.json'}; skipped",
+              file=sys.stderr)
+        names = [m for m in names if m in upstream]
     rows = ["| model | user | size ours / upstream | Log Loss: ours (fast) | ours (`--trainer upstream`) | upstream |",
             "|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:

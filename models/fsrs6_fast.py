@@ -50,6 +50,7 @@ from numba import njit
 
 from models import fsrs6_params as params
 from models.base import ReviewData
+from models.kernel_math import adam_step, cosine_lr
 from models.seq_engine import Cards as _Cards  # targets grouped by card: the layout of every one-pass kernel
 from training import recency_weights  # noqa: F401 (upstream's --recency weights; re-exported)
 
@@ -395,14 +396,10 @@ def _adam_fit(w0, w_init, inv_var, lower, upper, seq_dt, seq_g, c_start, c_n, c_
             scale = nt / n_targets
             for j in range(len(w)):
                 grad[j] += 2.0 * scale * (w[j] - w_init[j]) * inv_var[j]
-            lr_t = lr * 0.5 * (1.0 + math.cos(math.pi * step / n_batches_total))
+            lr_t = cosine_lr(lr, step, n_batches_total)
             step += 1
-            bc1 = 1.0 - b1 ** step
-            bc2 = 1.0 - b2 ** step
+            adam_step(w, grad, m, v, step, lr_t, b1, b2, eps, 0.0)
             for j in range(len(w)):
-                m[j] = b1 * m[j] + (1.0 - b1) * grad[j]
-                v[j] = b2 * v[j] + (1.0 - b2) * grad[j] * grad[j]
-                w[j] -= lr_t * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)
                 w[j] = min(max(w[j], lower[j]), upper[j])
         if check_every_epoch or e == n_epoch - 1:
             cur = _loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, buf,

@@ -18,3 +18,23 @@ def bce(p, y, wt):
     else:
         loss = -wt * max(math.log1p(-p), BCE_LOG_FLOOR) if p < 1.0 else -wt * BCE_LOG_FLOOR
     return loss, wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
+
+
+@njit(cache=True, inline="always")
+def cosine_lr(lr, step, total):
+    """torch's CosineAnnealingLR (eta_min 0, closed form) at optimizer step `step` of T_max = `total`."""
+    return lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
+
+
+@njit(cache=True)
+def adam_step(w, grad, m, v, step, lr, b1, b2, eps, weight_decay):
+    """One Adam update of w in place (step = 1 for the first update), torch's formula; weight_decay > 0 makes it
+    AdamW (decoupled: w shrinks by lr·weight_decay·w before the update)."""
+    bc1 = 1.0 - b1 ** step
+    bc2 = 1.0 - b2 ** step
+    for j in range(len(w)):
+        if weight_decay != 0.0:
+            w[j] *= 1.0 - lr * weight_decay
+        m[j] = b1 * m[j] + (1.0 - b1) * grad[j]
+        v[j] = b2 * v[j] + (1.0 - b2) * grad[j] * grad[j]
+        w[j] -= lr * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)

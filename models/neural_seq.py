@@ -34,13 +34,12 @@ Fine-tuning (`fit_cards`) follows upstream's recipe (spec models.md §0.4, §2) 
   best epoch" by storing `model.state_dict()`, which for an nn.Module aliases the live tensors, so the returned
   "best" weights are always the final ones (spec models.md §12.9; SB other.py@00c9de57 `Trainer.train/eval`).
 
-Compiled GRU family. The one-layer GRU of GRU and GRU-P is nn.GRU's exact recurrence compiled by numba on PACKED
-card sequences (no padded steps): `gru_cards_run` gives a batch's predictions, its Σ weight·BCE and the gradient of
-every parameter in one forward and one reverse pass (CardSeqNet.loss_and_grad / predict_np), and `gru_sequences` is
-the same recurrence as a torch autograd Function for the autograd path. torch's CPU GRU records about ten autograd
-nodes per time step, which cost far more than the arithmetic of these tiny networks. Both are tested equal (1e-6) to
-nn.GRU run upstream's way, one padded history per target. Optimizers are torch's fused Adam/AdamW (same update as
-the default implementation, in one kernel). NN-17, the Transformer and the LSTM run in torch (autograd).
+Compiled GRU family. A network may provide `fit_compiled(cards, orders, batch_size, lr, t_max)` and
+`predict_compiled(cards, chunk)`: GRU and GRU-P do (models/gru_kernels.py), running this whole recipe (the same
+groups, AdamW, cosine schedule) in one numba call in float64, because for these tiny networks torch's per-operation
+cost (autograd nodes per GRU time step, every optimizer step, parameter conversions) far exceeded the arithmetic.
+The compiled loop is tested equal to this recipe stepped in torch (tests/test_neural.py). The others step in torch
+with its fused Adam/AdamW (the default update, in one kernel): NN-17, the Transformer and the LSTM (autograd).
 
 Per model: NN-17 groups "sorted" (models/nn17.py says why); the Transformer keeps upstream's per-target windows
 (its no-mask quirk, models/transformer.py); the LSTM runs its own Reptile-style fine-tune over the same whole-card
@@ -55,7 +54,6 @@ error naming the command that makes a missing file.
 
 from __future__ import annotations
 
-import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -63,12 +61,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from numba import njit
 from torch import Tensor, nn
 
 import training
 from models.base import InadequateData, Model, ReviewData
-from models.kernel_math import bce
+from models.gru_kernels import group_bounds
 
 TORCH_SEED = 42
 SHUFFLE_SEED = 2023
@@ -178,243 +175,6 @@ class CardSeqNet(training.TrainableModule):
             self._last_state = {k: v.detach().clone() for k, v in self.state_dict().items()}
 
 
-# ----------------------------------------------------------------------------------------------- GRU layer
-# Sequences are PACKED: sequence c occupies rows off[c] .. off[c+1]−1 of x / out / gates (no padding).
-
-@njit(cache=True)
-def _gru_forward(x, off, h0, w_ih, w_hh, b_ih, b_hh, out, gates):
-    """torch.nn.GRU's recurrence (gate order r, z, n) over each packed sequence from h0[c].
-    out[r] = h after step r; gates[r] = (r, z, n, W_hn·h + b_hn) for the backward pass."""
-    n_f = x.shape[1]
-    H = w_hh.shape[1]
-    h = np.zeros(H)
-    for c in range(len(off) - 1):
-        for j in range(H):
-            h[j] = h0[c, j]
-        for row in range(off[c], off[c + 1]):
-            for j in range(H):
-                ar = b_ih[j] + b_hh[j]
-                az = b_ih[H + j] + b_hh[H + j]
-                ai = b_ih[2 * H + j]
-                ah = b_hh[2 * H + j]
-                for f in range(n_f):
-                    xf = x[row, f]
-                    ar += w_ih[j, f] * xf
-                    az += w_ih[H + j, f] * xf
-                    ai += w_ih[2 * H + j, f] * xf
-                for i in range(H):
-                    hi = h[i]
-                    ar += w_hh[j, i] * hi
-                    az += w_hh[H + j, i] * hi
-                    ah += w_hh[2 * H + j, i] * hi
-                r = 1.0 / (1.0 + math.exp(-ar))
-                z = 1.0 / (1.0 + math.exp(-az))
-                n = math.tanh(ai + r * ah)
-                gates[row, j] = r
-                gates[row, H + j] = z
-                gates[row, 2 * H + j] = n
-                gates[row, 3 * H + j] = ah
-                out[row, j] = (1.0 - z) * n + z * h[j]
-            for j in range(H):
-                h[j] = out[row, j]
-
-
-@njit(cache=True)
-def _gru_backward(x, off, h0, w_hh, out, gates, gout, gw_ih, gw_hh, gb_ih, gb_hh, gh0):
-    """Backpropagation through time of `_gru_forward`: accumulates the weight gradients and writes d loss / d h0,
-    given d loss / d out."""
-    n_f = x.shape[1]
-    H = w_hh.shape[1]
-    dh = np.zeros(H)
-    dprev = np.zeros(H)
-    hp = np.zeros(H)
-    for c in range(len(off) - 1):
-        dh[:] = 0.0
-        for row in range(off[c + 1] - 1, off[c] - 1, -1):
-            for j in range(H):
-                dh[j] += gout[row, j]
-                hp[j] = out[row - 1, j] if row > off[c] else h0[c, j]
-                dprev[j] = 0.0
-            for j in range(H):
-                r = gates[row, j]
-                z = gates[row, H + j]
-                n = gates[row, 2 * H + j]
-                ah = gates[row, 3 * H + j]
-                dn = dh[j] * (1.0 - z) * (1.0 - n * n)
-                dz = dh[j] * (hp[j] - n) * z * (1.0 - z)
-                dr = dn * ah * r * (1.0 - r)
-                dah = dn * r
-                dprev[j] += dh[j] * z
-                gb_ih[j] += dr
-                gb_ih[H + j] += dz
-                gb_ih[2 * H + j] += dn
-                gb_hh[j] += dr
-                gb_hh[H + j] += dz
-                gb_hh[2 * H + j] += dah
-                for f in range(n_f):
-                    xf = x[row, f]
-                    gw_ih[j, f] += dr * xf
-                    gw_ih[H + j, f] += dz * xf
-                    gw_ih[2 * H + j, f] += dn * xf
-                for i in range(H):
-                    gw_hh[j, i] += dr * hp[i]
-                    gw_hh[H + j, i] += dz * hp[i]
-                    gw_hh[2 * H + j, i] += dah * hp[i]
-                    dprev[i] += w_hh[j, i] * dr + w_hh[H + j, i] * dz + w_hh[2 * H + j, i] * dah
-            for j in range(H):
-                dh[j] = dprev[j]
-        for j in range(H):
-            gh0[c, j] = dh[j]
-
-
-HEAD_SIGMOID_CELL = 0  # GRU-P: one more GRU step with the target's own (delta_t, last rating), p = σ(fc(h))
-HEAD_POWER_CURVE = 1  # GRU: S = exp(fc(h)), p = (1 + factor·t/S)^decay
-
-
-@njit(cache=True)
-def gru_cards_run(head, x, off, t_card, t_pos, t_dt, t_g, t_y, t_w, w_ih, w_hh, b_ih, b_hh, fc_w, fc_b, factor,
-                  decay, grad, p_out, g_w_ih, g_w_hh, g_b_ih, g_b_hh, g_fc_w, g_fc_b):
-    """A one-layer GRU with one of the two heads above over a batch of whole cards (packed by `off`): writes every
-    target's P(recall) into p_out and returns Σ weight·BCE; with `grad`, also accumulates its gradient into g_*
-    (one reverse pass over every card). The same computation autograd performs on CardSeqNet.predict_batch
-    (tested equal), without its per-operation overhead."""
-    n_s = x.shape[0]
-    n_c = len(off) - 1
-    H = w_hh.shape[1]
-    T = len(t_pos)
-    out = np.empty((n_s, H))
-    gates = np.empty((n_s, 4 * H))
-    h0 = np.zeros((n_c, H))
-    _gru_forward(x, off, h0, w_ih, w_hh, b_ih, b_hh, out, gates)
-    gout = np.zeros((n_s, H)) if grad else np.zeros((0, H))
-    loss = 0.0
-    if head == HEAD_SIGMOID_CELL:  # the target's own last step from the state after pos − 1 steps
-        xt = np.empty((T, x.shape[1]))
-        ht = np.zeros((T, H))
-        for j in range(T):
-            xt[j, 0] = t_dt[j]
-            xt[j, 1] = t_g[j]
-            if t_pos[j] >= 2:
-                row = off[t_card[j]] + t_pos[j] - 2
-                for i in range(H):
-                    ht[j, i] = out[row, i]
-        off_t = np.arange(T + 1)
-        out_t = np.empty((T, H))
-        gates_t = np.empty((T, 4 * H))
-        _gru_forward(xt, off_t, ht, w_ih, w_hh, b_ih, b_hh, out_t, gates_t)
-        gout_t = np.zeros((T, H))
-        for j in range(T):
-            z = fc_b[0]
-            for i in range(H):
-                z += fc_w[0, i] * out_t[j, i]
-            p = 1.0 / (1.0 + math.exp(-z))
-            p_out[j] = p
-            lo, gp = bce(p, t_y[j], t_w[j])
-            loss += lo
-            if grad:
-                gz = gp * p * (1.0 - p)
-                g_fc_b[0] += gz
-                for i in range(H):
-                    g_fc_w[0, i] += gz * out_t[j, i]
-                    gout_t[j, i] = gz * fc_w[0, i]
-        if grad:
-            gh = np.zeros((T, H))
-            _gru_backward(xt, off_t, ht, w_hh, out_t, gates_t, gout_t, g_w_ih, g_w_hh, g_b_ih, g_b_hh, gh)
-            for j in range(T):
-                if t_pos[j] >= 2:
-                    row = off[t_card[j]] + t_pos[j] - 2
-                    for i in range(H):
-                        gout[row, i] += gh[j, i]
-    else:  # S = exp(fc(h)) after pos steps, power forgetting curve
-        for j in range(T):
-            row = off[t_card[j]] + t_pos[j] - 1
-            z = fc_b[0]
-            for i in range(H):
-                z += fc_w[0, i] * out[row, i]
-            s = math.exp(z)
-            u = 1.0 + factor * t_dt[j] / s
-            p = u ** decay
-            p_out[j] = p
-            lo, gp = bce(p, t_y[j], t_w[j])
-            loss += lo
-            if grad:
-                gz = gp * decay * p / u * (-factor * t_dt[j] / s)  # dp/dz with S = e^z
-                g_fc_b[0] += gz
-                for i in range(H):
-                    g_fc_w[0, i] += gz * out[row, i]
-                    gout[row, i] += gz * fc_w[0, i]
-    if grad:
-        _gru_backward(x, off, h0, w_hh, out, gates, gout, g_w_ih, g_w_hh, g_b_ih, g_b_hh, np.zeros((n_c, H)))
-    return loss
-
-
-def _np(t: Tensor) -> np.ndarray:
-    return np.ascontiguousarray(t.detach().double().numpy())
-
-
-def _pack_mask(steps: np.ndarray, width: int) -> np.ndarray:
-    return np.arange(width)[None, :] < np.asarray(steps)[:, None]  # [C, L]
-
-
-class _GRUSeqs(torch.autograd.Function):
-    """nn.GRU (one layer) over zero-padded time-major sequences of different lengths from given initial states,
-    forward and backward compiled (numba) on the packed sequences: torch's CPU GRU records ~10 autograd nodes per
-    time step, which dominates the cost of these tiny networks. Float64 inside, returned in x's dtype; outputs beyond
-    a sequence's length are 0. Tested equal to nn.GRU (tests/test_neural.py)."""
-
-    @staticmethod
-    def forward(ctx, x, steps, h0, w_ih, w_hh, b_ih, b_hh):
-        n_l, n_c, _ = x.shape
-        mask = _pack_mask(steps, n_l)
-        xs = np.ascontiguousarray(_np(x).transpose(1, 0, 2)[mask])
-        off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
-        h0s, w_hh_np = _np(h0), _np(w_hh)
-        H = w_hh.shape[1]
-        out = np.empty((len(xs), H))
-        gates = np.empty((len(xs), 4 * H))
-        _gru_forward(xs, off, h0s, _np(w_ih), w_hh_np, _np(b_ih), _np(b_hh), out, gates)
-        ctx.saved = (xs, off, h0s, w_hh_np, out, gates, mask)
-        ctx.dtypes = (h0.dtype, w_ih.dtype)
-        padded = np.zeros((n_c, n_l, H))
-        padded[mask] = out
-        return torch.from_numpy(padded.transpose(1, 0, 2).copy()).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, gout):
-        xs, off, h0s, w_hh_np, out, gates, mask = ctx.saved
-        H = w_hh_np.shape[1]
-        gw_ih = np.zeros((3 * H, xs.shape[1]))
-        gw_hh = np.zeros((3 * H, H))
-        gb_ih = np.zeros(3 * H)
-        gb_hh = np.zeros(3 * H)
-        gh0 = np.zeros_like(h0s)
-        g = np.ascontiguousarray(_np(gout).transpose(1, 0, 2)[mask])
-        _gru_backward(xs, off, h0s, w_hh_np, out, gates, g, gw_ih, gw_hh, gb_ih, gb_hh, gh0)
-        dh, dw = ctx.dtypes
-        return (None, None, torch.from_numpy(gh0).to(dh), torch.from_numpy(gw_ih).to(dw),
-                torch.from_numpy(gw_hh).to(dw), torch.from_numpy(gb_ih).to(dw), torch.from_numpy(gb_hh).to(dw))
-
-
-def gru_sequences(rnn: nn.GRU, x: Tensor, steps: np.ndarray, h0: Tensor) -> Tensor:
-    """out[k, c] = state of a one-layer nn.GRU after step k of sequence c started from h0[c] (zero beyond
-    steps[c])."""
-    return _GRUSeqs.apply(x, np.asarray(steps, dtype=np.int64), h0, rnn.weight_ih_l0, rnn.weight_hh_l0,
-                          rnn.bias_ih_l0, rnn.bias_hh_l0)
-
-
-def gru_card_states(rnn: nn.GRU, x: Tensor, c_steps: np.ndarray) -> Tensor:
-    """States [L + 1, C, H] of a one-layer nn.GRU run over each card (index 0: h0 = 0, k: after k steps)."""
-    h0 = torch.zeros(x.shape[1], rnn.hidden_size, dtype=x.dtype)
-    if x.shape[0] == 0:
-        return h0[None]
-    return torch.cat([h0[None], gru_sequences(rnn, x, c_steps, h0)], dim=0)
-
-
-def gru_cell(rnn: nn.GRU, x: Tensor, h: Tensor) -> Tensor:
-    """One GRU step per row: x [T, F] from states h [T, H] (the compiled twin of torch.gru_cell)."""
-    return gru_sequences(rnn, x[None], np.ones(x.shape[0], dtype=np.int64), h)[0]
-
-
 # ----------------------------------------------------------------------------------------------- batching
 
 def _card_layout(data: ReviewData, net: CardSeqNet, keep: np.ndarray | None):
@@ -447,6 +207,7 @@ class CardSet:
                  weights: np.ndarray | None = None):
         self.order, self.t_card, self.c_start, self.c_steps, self.c_count = _card_layout(data, net, keep)
         self.n_cards = len(self.c_start)
+        self.c_tfirst = np.cumsum(self.c_count) - self.c_count  # card c's targets: c_tfirst[c] .. + c_count[c] − 1
         self.dtype = net.dtype
         self.feats = np.asarray(net.step_features(data), dtype=np.float64)
         rows = data.rows
@@ -466,32 +227,28 @@ class CardSet:
         small) holding ≈ batch_size targets each: a card joins the group where its first target falls."""
         if self.n_cards == 0:
             return []
-        c_order = np.argsort(self.c_steps, kind="stable") if card_order is None else np.asarray(card_order)
-        counts = self.c_count[c_order]
-        c_group = (np.cumsum(counts) - counts) // max(1, int(batch_size))
-        n_groups = int(c_group[-1]) + 1
-        g_first = np.searchsorted(c_group, np.arange(n_groups))
-        c_rank = np.empty(self.n_cards, dtype=np.int64)  # position of each card inside its group
-        c_rank[c_order] = np.arange(self.n_cards) - g_first[c_group]
-        group_of_card = np.empty(self.n_cards, dtype=np.int64)
-        group_of_card[c_order] = c_group
-        t_group = group_of_card[self.t_card]
-        t_sorted = np.argsort(t_group, kind="stable")
-        t_bounds = np.searchsorted(t_group[t_sorted], np.arange(n_groups + 1))
-        g_bounds = np.append(g_first, self.n_cards)
-        dtype, feats = self.dtype, self.feats
+        c_order = self.card_order(card_order)
+        g_bounds = group_bounds(self.c_count[c_order], max(1, int(batch_size)))
         out = []
-        for g in range(n_groups):
+        for g in range(len(g_bounds) - 1):
             cards = c_order[g_bounds[g]:g_bounds[g + 1]]
             steps = self.c_steps[cards]
             off = np.cumsum(steps) - steps
             idx = np.repeat(self.c_start[cards] - off, steps) + np.arange(int(steps.sum()))
-            t = t_sorted[t_bounds[g]:t_bounds[g + 1]]
+            counts = self.c_count[cards]
+            t = np.repeat(self.c_tfirst[cards] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
             out.append(CardBatch(
-                x_packed=feats[idx], c_steps=steps, t_card=c_rank[self.t_card[t]], t_pos=self.t_pos[t],
-                t_dt=self.t_dt[t], t_last_g=self.t_last_g[t], t_y=self.t_y[t], t_w=self.t_w[t], t_row=self.order[t],
-                dtype=dtype))
+                x_packed=self.feats[idx], c_steps=steps, t_card=np.repeat(np.arange(len(cards)), counts),
+                t_pos=self.t_pos[t], t_dt=self.t_dt[t], t_last_g=self.t_last_g[t], t_y=self.t_y[t], t_w=self.t_w[t],
+                t_row=self.order[t], dtype=self.dtype))
         return out
+
+    def card_order(self, card_order: np.ndarray | None = None) -> np.ndarray:
+        """The given card order, or by default the cards sorted by the number of steps they need."""
+        return np.argsort(self.c_steps, kind="stable") if card_order is None else np.asarray(card_order, np.int64)
+
+    def n_groups(self, batch_size: int, card_order: np.ndarray | None = None) -> int:
+        return len(group_bounds(self.c_count[self.card_order(card_order)], max(1, int(batch_size)))) - 1
 
 
 def card_batches(net: CardSeqNet, data: ReviewData, batch_size: int, keep: np.ndarray | None = None,
@@ -507,6 +264,11 @@ def predict_cards(net: CardSeqNet, data: ReviewData, chunk: int = PREDICT_TARGET
     """P(recall) of every row of `data`, in row order (NaN for a row without history), one pass per card."""
     out = np.full(len(data), np.nan)
     net.eval()
+    if hasattr(net, "predict_compiled"):
+        cards = CardSet(net, data)
+        if cards.n_cards:
+            out[cards.order] = net.predict_compiled(cards, chunk)
+        return out
     with torch.no_grad():
         for b in card_batches(net, data, chunk):
             out[b.t_row] = net.predict_np(b)
@@ -531,10 +293,17 @@ def fit_cards(net: CardSeqNet, data: ReviewData, *, n_epoch: int, batch_size: in
         raise InadequateData("Training data is inadequate.")
     generator = torch.Generator().manual_seed(seed)
     grouping = grouping or net.grouping
+    lr = net.lr if lr is None else lr
+    if grouping == "shuffled" and hasattr(net, "fit_compiled"):  # the whole loop compiled (GRU family)
+        orders = np.stack([torch.randperm(cards.n_cards, generator=generator).numpy() for _ in range(n_epoch)])
+        n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
+        net.fit_compiled(cards, orders, batch_size, lr, max(1, n_batches * n_epoch))
+        net.eval()
+        return n_batches
     fixed = cards.batches(batch_size) if grouping == "sorted" else None
-    n_batches = len(fixed) if fixed is not None else len(cards.batches(batch_size, np.arange(cards.n_cards)))
+    n_batches = len(fixed) if fixed is not None else cards.n_groups(batch_size, np.arange(cards.n_cards))
     torch.manual_seed(TORCH_SEED)
-    optimizer = net.make_optimizer(net.lr if lr is None else lr)
+    optimizer = net.make_optimizer(lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, n_batches * n_epoch))
     params = list(net.parameters())
     net.train()

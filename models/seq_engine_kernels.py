@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.kernel_math import bce
+from models.kernel_math import adam_step, bce, cosine_lr
 from models.seq_model_stub import *  # noqa: F401,F403  MODEL-IMPORT (rebound per model by seq_engine.instantiate)
 
 
@@ -163,17 +163,13 @@ def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_star
                 card_loss_grad(w, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
                                items[it, 2], buf, grad)
             scale = nt / n_targets
-            lr_t = lr * 0.5 * (1.0 + math.cos(math.pi * step_no / n_batches_total))
-            step_no += 1
-            bc1 = 1.0 - b1 ** step_no
-            bc2 = 1.0 - b2 ** step_no
             for j in range(n_w):
                 gj = (grad[j] + 2.0 * scale * (w[j] - w_init[j]) * inv_var[j]) * grad_mask[j]
-                if not math.isfinite(gj):
-                    gj = 0.0
-                m[j] = b1 * m[j] + (1.0 - b1) * gj
-                v[j] = b2 * v[j] + (1.0 - b2) * gj * gj
-                w[j] -= lr_t * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)
+                grad[j] = gj if math.isfinite(gj) else 0.0
+            lr_t = cosine_lr(lr, step_no, n_batches_total)
+            step_no += 1
+            adam_step(w, grad, m, v, step_no, lr_t, b1, b2, eps, 0.0)
+            for j in range(n_w):
                 w[j] = min(max(w[j], lower[j]), upper[j])
         if check_every_epoch or e == n_epoch - 1:
             cur = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \

@@ -421,6 +421,63 @@ def test_one_pass_equals_per_target(name, short, user8, user12_short):
             assert float(np.abs(a - b.numpy()).max()) <= 1e-6 * float(b.abs().max())
 
 
+def test_grup_target_with_its_own_last_step(user8):
+    """GRU-P reads a target's final state off its card's sequence when the card's step there carries the target's
+    own (delta_t, last rating); a target whose delta_t differs (edited here) takes one GRU step of its own. Both
+    equal upstream's per-target nn.GRU, predictions and gradients."""
+    rows = user8.rows.copy()
+    edited = np.arange(len(rows)) % 3 == 0
+    rows.loc[edited, "delta_t"] = rows.loc[edited, "delta_t"] + 0.5
+    data = ReviewData(rows, user8.seq_delta_t, user8.seq_rating)
+    net = seeded_net(GRUPNet, seed=3)
+    p_target = np.full(len(data), np.nan)
+    with torch.no_grad():
+        for b in per_target(net, data):
+            p_target[b.rows] = net.forward_batch(b).numpy()
+    np.testing.assert_allclose(predict_with(net, data), p_target, rtol=0, atol=1e-9)
+    keep = data.rows["seq_pos"].to_numpy() <= 64
+    net.zero_grad()
+    sum(F.binary_cross_entropy(net.forward_batch(b), b.y, reduction="sum") for b in per_target(net, data, 64, 512)
+        ).backward()
+    fused = [np.zeros(p.shape) for p in net.parameters()]
+    for b in neural_seq.card_batches(net, data, 512, keep):
+        for acc, g in zip(fused, net.loss_and_grad(b)[1]):
+            acc += g
+    for a, p in zip(fused, net.parameters()):
+        assert float(np.abs(a - p.grad.numpy()).max()) <= 1e-6 * float(p.grad.abs().max())
+
+
+@pytest.mark.parametrize("cls", [GRUPNet, GRUNet])
+def test_compiled_fit_equals_torch_adamw_loop(cls, user8):
+    """The GRU family's whole fine-tune in one compiled call equals fit_cards's recipe stepped in torch: the same
+    groups of whole cards per epoch (randperm on a generator seeded 2023), torch.optim.AdamW and CosineAnnealingLR
+    stepped per group, gradients from autograd through upstream's per-target nn.GRU of each group's targets."""
+    train = user8.subset(np.arange(1200))
+    n_epoch, batch_size = 3, 256
+    net = seeded_net(cls, seed=11, scale=0.2)
+    ref = seeded_net(cls, seed=11, scale=0.2)
+    n_groups = neural_seq.fit_cards(net, train, n_epoch=n_epoch, batch_size=batch_size)
+
+    keep = train.rows["seq_pos"].to_numpy() <= 64
+    cards = neural_seq.CardSet(ref, train, keep)
+    gen = torch.Generator().manual_seed(neural_seq.SHUFFLE_SEED)
+    opt = torch.optim.AdamW(ref.parameters(), lr=ref.lr, weight_decay=ref.wd, foreach=False)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_groups * n_epoch)
+    for _ in range(n_epoch):
+        for batch in cards.batches(batch_size, torch.randperm(cards.n_cards, generator=gen).numpy()):
+            sub = np.zeros(len(train), dtype=bool)
+            sub[batch.t_row] = True
+            opt.zero_grad()
+            sum(F.binary_cross_entropy(ref.forward_batch(b), b.y, reduction="sum")
+                for b in training.make_batches(train.subset(sub), np.ones(int(sub.sum())), 10**6, 64,
+                                               dtype=torch.float64)).backward()
+            opt.step()
+            sched.step()
+    for a, b in zip(net.parameters(), ref.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=1e-8)
+    assert any(not torch.equal(a, b) for a, b in zip(net.parameters(), seeded_net(cls, 11, 0.2).parameters()))
+
+
 @pytest.fixture(scope="module")
 def user8_lstm() -> LSTMData:
     rev = load_revlogs(CHECK, 8)
