@@ -22,6 +22,8 @@ with these exact commands (CPU, deterministic):
     python pretrain.py --model Transformer --data data/embedded --users 1-3      # pretrain/Transformer.pth
 
 (`python -m bench.simulate`, not `python bench/simulate.py`: numba's cache of that module is keyed to the package.)
+The GRU-family files were made before the GRU fine-tune loop was compiled in float64 (commit ea0f045; it stepped
+torch's float32 AdamW): rerunning those commands now gives weights that differ at rounding level and drift from there.
 The source per model was chosen by held-out Log Loss on the embedded users, each evaluated with weights pretrained
 WITHOUT it (other.py, size-weighted mean over embedded users 1-3): "simulated" = the 20 users above; "embedded,
 leave-one-out" = pretrained on the other embedded users only (the LSTM with 1000 Reptile steps in both):
