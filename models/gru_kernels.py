@@ -5,16 +5,12 @@ Why compiled: these networks are tiny (2→8 and 2→2 units), so torch's per-op
 their speed: its CPU GRU records about ten autograd nodes per time step, and every optimizer step of torch's AdamW
 and every parameter conversion costs tens of microseconds over ~12,000 steps per 100k reviews. Here:
 - `gru_cards_loss`: predictions, Σ weight·BCE and the gradient of every parameter for a group of whole cards, from
-  one forward and one reverse pass per card;
-- `gru_fit`: the whole fine-tune of neural_seq.fit_cards (per-epoch card orders given, groups of ≈ batch_size
-  targets, AdamW with torch's cosine schedule stepped per group) in one call, in float64;
+  one forward and one reverse pass per card; models/card_fit.py runs the whole fine-tune with it in one call;
 - `GRUSeqs` / `gru_sequences`: the same recurrence as a torch autograd Function, for the autograd paths
   (`predict_batch`, tests).
 All are tested equal (1e-6) to torch's nn.GRU run upstream's way, one padded history per target.
 
-Layout shared with neural_seq.CardSet: card c's step inputs are rows c_start[c] .. c_start[c] + c_steps[c] − 1 of
-`feats`; its targets are entries c_tfirst[c] .. c_tfirst[c] + c_count[c] − 1 of the t_* arrays (t_pos = history
-length, t_dt = elapsed time, t_g = last history rating, t_y, t_w). Parameters are passed flat
+The card layout is neural_seq.CardSet.layout() (models/card_fit.py describes it). Parameters are passed flat
 (w_ih, w_hh, b_ih, b_hh, fc_w, fc_b concatenated; `unflatten` makes the views).
 """
 
@@ -27,12 +23,10 @@ import torch
 from numba import njit
 from torch import Tensor, nn
 
-from models.kernel_math import adam_step, bce, cosine_lr
+from models.kernel_math import bce
 
 HEAD_SIGMOID_CELL = 0  # GRU-P: one more GRU step with the target's own (delta_t, last rating), p = σ(fc(h))
 HEAD_POWER_CURVE = 1  # GRU: S = exp(fc(h)), p = (1 + factor·t/S)^decay
-ADAM_BETAS = (0.9, 0.999)
-ADAM_EPS = 1e-8
 
 
 @njit(cache=True)
@@ -133,11 +127,12 @@ def unflatten(theta, H, F):
 
 
 @njit(cache=True)
-def gru_cards_loss(head, H, feats, cards, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w, theta,
-                   factor, decay, want, grad, p_out):
-    """Σ weight·BCE over every target of `cards` (indices into the c_* arrays), each target's P(recall) written to
-    p_out[its index]; with `want`, the loss's gradient is ADDED into grad (flat, like theta), from one reverse pass
-    over every card."""
+def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
+    """models/card_fit.py's card_loss for the GRU family, model = (head kind, hidden size, factor, decay): Σ weight·BCE
+    over every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the loss's
+    gradient is ADDED into grad (flat, like theta), from one forward and one reverse pass over every card."""
+    head, H, factor, decay = model
+    feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w = layout
     w_ih, w_hh, b_ih, b_hh, fc_w, fc_b = unflatten(theta, H, feats.shape[1])
     n_c = len(cards)
     off = np.zeros(n_c + 1, dtype=np.int64)
@@ -232,48 +227,6 @@ def gru_cards_loss(head, H, feats, cards, c_start, c_steps, c_tfirst, c_count, t
     if want:
         _gru_backward(feats, x_start, off, h0, w_hh, out, gates, gout, g_ih, g_hh, g_bih, g_bhh, np.zeros((n_c, H)))
     return loss
-
-
-@njit(cache=True)
-def group_bounds(counts, batch_size):
-    """Cards (already in visiting order, with `counts` targets each) cut into groups of ≈ batch_size targets: a card
-    joins the group in which its first target falls. Returns the group boundaries (positions), n_groups + 1 of them."""
-    n = len(counts)
-    bounds = np.empty(n + 1, dtype=np.int64)
-    nb = 0
-    acc = 0
-    for k in range(n):
-        g = acc // batch_size
-        if k == 0 or g != (acc - counts[k - 1]) // batch_size:
-            bounds[nb] = k
-            nb += 1
-        acc += counts[k]
-    bounds[nb] = n
-    return bounds[:nb + 1]
-
-
-@njit(cache=True)
-def gru_fit(head, H, feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w, orders, batch_size,
-            theta, factor, decay, lr, weight_decay, t_max):
-    """neural_seq.fit_cards for the GRU family in one call: epoch e visits the cards in orders[e] in groups of
-    ≈ batch_size targets; after each group, one AdamW step (torch's update, betas 0.9/0.999, eps 1e-8) at the cosine
-    learning rate of step s, lr·(1 + cos(π·s/t_max))/2. theta (flat, float64) is updated in place."""
-    n_w = len(theta)
-    grad = np.zeros(n_w)
-    m = np.zeros(n_w)
-    v = np.zeros(n_w)
-    p_scratch = np.empty(len(t_pos))
-    step = 0
-    for e in range(orders.shape[0]):
-        order = orders[e]
-        bounds = group_bounds(c_count[order], batch_size)
-        for b in range(len(bounds) - 1):
-            grad[:] = 0.0
-            gru_cards_loss(head, H, feats, order[bounds[b]:bounds[b + 1]], c_start, c_steps, c_tfirst, c_count,
-                           t_pos, t_dt, t_g, t_y, t_w, theta, factor, decay, True, grad, p_scratch)
-            lr_t = cosine_lr(lr, step, t_max)
-            step += 1
-            adam_step(theta, grad, m, v, step, lr_t, ADAM_BETAS[0], ADAM_BETAS[1], ADAM_EPS, weight_decay)
 
 
 # ----------------------------------------------------------------------------------------------- autograd twin

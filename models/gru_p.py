@@ -30,9 +30,8 @@ import torch
 from torch import Tensor, nn
 
 import training
-from models.gru_kernels import (HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, group_bounds, gru_card_states, gru_cards_loss,
-                                gru_cell, gru_fit)
-from models.neural_seq import CardBatch, CardSeqNet, CardSet, NeuralModel
+from models.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_card_states, gru_cards_loss, gru_cell
+from models.neural_seq import CardBatch, CompiledCardNet, NeuralModel
 
 DECAY = -0.5
 FACTOR = 0.9 ** (1 / DECAY) - 1  # 19/81: the FSRS-4.5 power curve, R(S, S) = 0.9
@@ -47,83 +46,18 @@ def _orthogonal_gru(n_input: int, n_hidden: int) -> nn.GRU:
     return rnn
 
 
-class GRUFamilyNet(CardSeqNet):
-    """A one-layer GRU + Linear(H→1) whose predictions, loss, gradient and whole fine-tune run compiled
-    (models/gru_kernels.py) on a flat float64 copy of the parameters."""
+class GRUFamilyNet(CompiledCardNet):
+    """A one-layer GRU + Linear(H→1) whose loss, gradient and whole fine-tune run compiled (models/gru_kernels.py)."""
 
     head_kind: int = HEAD_SIGMOID_CELL
+    card_loss = gru_cards_loss
 
-    def _params(self) -> list[nn.Parameter]:
+    def model_consts(self) -> tuple:
+        return (self.head_kind, self.rnn.hidden_size, FACTOR, DECAY)
+
+    def flat_params(self) -> list[nn.Parameter]:
         r = self.rnn
         return [r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0, self.fc.weight, self.fc.bias]
-
-    def _theta(self) -> np.ndarray:
-        return np.concatenate([p.detach().double().numpy().ravel() for p in self._params()])
-
-    def _set_theta(self, theta: np.ndarray) -> None:
-        with torch.no_grad():
-            k = 0
-            for p in self._params():
-                p.copy_(torch.from_numpy(theta[k:k + p.numel()]).view_as(p))
-                k += p.numel()
-
-    @staticmethod
-    def _layout(cards: CardSet | CardBatch):
-        """The kernels' card layout (feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w) and the
-        target order it uses (None: the set's own). A CardBatch's cards are packed one after another."""
-        if isinstance(cards, CardSet):
-            return (cards.feats, cards.c_start, cards.c_steps, cards.c_tfirst, cards.c_count, cards.t_pos,
-                    cards.t_dt, cards.t_last_g, cards.t_y, cards.t_w), None
-        b = cards
-        t_order = np.argsort(b.t_card_np, kind="stable")
-        counts = np.bincount(b.t_card_np, minlength=len(b.c_steps))
-        return (b.x_packed, b.c_off[:-1], b.c_steps, np.cumsum(counts) - counts, counts, b.t_pos_np[t_order],
-                b.t_dt_np[t_order], b.t_last_g_np[t_order], b.t_y_np[t_order], b.t_w_np[t_order]), t_order
-
-    def _run(self, layout, chosen, theta, grad, p_out) -> float:
-        want = grad is not None
-        return gru_cards_loss(self.head_kind, self.rnn.hidden_size, layout[0], np.asarray(chosen, np.int64),
-                              *layout[1:], theta, FACTOR, DECAY, want, grad if want else np.zeros(0), p_out)
-
-    def _batch(self, batch: CardBatch, grad: np.ndarray | None):
-        layout, t_order = self._layout(batch)
-        p = np.empty(len(batch))
-        loss = self._run(layout, np.arange(len(batch.c_steps)), self._theta(), grad, p)
-        out = np.empty(len(batch))
-        out[t_order] = p
-        return loss, out
-
-    def loss_and_grad(self, batch: CardBatch):
-        grad = np.zeros(sum(p.numel() for p in self._params()))
-        loss, _ = self._batch(batch, grad)
-        flat, k = {}, 0
-        for p in self._params():
-            flat[id(p)] = grad[k:k + p.numel()].reshape(tuple(p.shape))
-            k += p.numel()
-        return loss, [flat[id(p)] for p in self.parameters()]
-
-    def predict_np(self, batch: CardBatch) -> np.ndarray:
-        return self._batch(batch, None)[1]
-
-    def predict_compiled(self, cards: CardSet, chunk: int) -> np.ndarray:
-        """P(recall) of every target of the CardSet (in its `order`), cards in groups of ≈ chunk targets."""
-        layout, _ = self._layout(cards)
-        theta = self._theta()
-        order = cards.card_order()
-        bounds = group_bounds(cards.c_count[order], chunk)
-        p = np.empty(len(cards.t_pos))
-        for g in range(len(bounds) - 1):
-            self._run(layout, order[bounds[g]:bounds[g + 1]], theta, None, p)
-        return p
-
-    def fit_compiled(self, cards: CardSet, orders: np.ndarray, batch_size: int, lr: float, t_max: int) -> None:
-        """neural_seq.fit_cards's loop in one compiled call (gru_kernels.gru_fit), then the weights back in torch."""
-        theta = self._theta()
-        gru_fit(self.head_kind, self.rnn.hidden_size, cards.feats, cards.c_start, cards.c_steps, cards.c_tfirst,
-                cards.c_count, cards.t_pos, cards.t_dt, cards.t_last_g, cards.t_y, cards.t_w,
-                np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, FACTOR, DECAY, float(lr),
-                float(self.wd), int(t_max))
-        self._set_theta(theta)
 
 
 class GRUPNet(GRUFamilyNet):

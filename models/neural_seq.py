@@ -65,7 +65,7 @@ from torch import Tensor, nn
 
 import training
 from models.base import InadequateData, Model, ReviewData
-from models.gru_kernels import group_bounds
+from models.card_fit import fit_card_groups, group_bounds
 
 TORCH_SEED = 42
 SHUFFLE_SEED = 2023
@@ -175,6 +175,83 @@ class CardSeqNet(training.TrainableModule):
             self._last_state = {k: v.detach().clone() for k, v in self.state_dict().items()}
 
 
+class CompiledCardNet(CardSeqNet):
+    """A CardSeqNet whose loss and gradient are a compiled `card_loss` (models/card_fit.py's contract) over a flat
+    float64 copy of `flat_params()`: fit_cards runs the whole fine-tune in one compiled call (card_fit.fit_card_groups)
+    and predict_cards one compiled pass per group of cards. Subclasses set card_loss and model_consts()."""
+
+    card_loss = None  # an @njit function (model, layout, cards, theta, want, grad, p_out) -> loss
+
+    def model_consts(self) -> tuple:
+        raise NotImplementedError
+
+    def flat_params(self) -> list[nn.Parameter]:
+        return list(self.parameters())
+
+    def param_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Box applied after every optimizer step (flat, like theta); default: none."""
+        n = len(self.theta())
+        return np.full(n, -np.inf), np.full(n, np.inf)
+
+    def theta(self) -> np.ndarray:
+        return np.concatenate([p.detach().double().numpy().ravel() for p in self.flat_params()])
+
+    def set_theta(self, theta: np.ndarray) -> None:
+        with torch.no_grad():
+            k = 0
+            for p in self.flat_params():
+                p.copy_(torch.from_numpy(theta[k:k + p.numel()]).view_as(p))
+                k += p.numel()
+
+    def _call(self, layout, cards, theta, grad, p_out) -> float:
+        want = grad is not None
+        return type(self).card_loss(self.model_consts(), layout, np.asarray(cards, np.int64), theta, want,
+                                    grad if want else np.zeros(0), p_out)
+
+    def _batch(self, batch: CardBatch, grad: np.ndarray | None) -> tuple[float, np.ndarray]:
+        """(loss, p) of a CardBatch: its cards are packed one after another; targets regrouped card by card."""
+        t_order = np.argsort(batch.t_card_np, kind="stable")
+        counts = np.bincount(batch.t_card_np, minlength=len(batch.c_steps))
+        layout = (batch.x_packed, batch.c_off[:-1], batch.c_steps, np.cumsum(counts) - counts, counts,
+                  batch.t_pos_np[t_order], batch.t_dt_np[t_order], batch.t_last_g_np[t_order],
+                  batch.t_y_np[t_order], batch.t_w_np[t_order])
+        p = np.empty(len(batch))
+        loss = self._call(layout, np.arange(len(batch.c_steps)), self.theta(), grad, p)
+        out = np.empty(len(batch))
+        out[t_order] = p
+        return loss, out
+
+    def loss_and_grad(self, batch: CardBatch):
+        grad = np.zeros(len(self.theta()))
+        loss, _ = self._batch(batch, grad)
+        flat, k = {}, 0
+        for p in self.flat_params():
+            flat[id(p)] = grad[k:k + p.numel()].reshape(tuple(p.shape))
+            k += p.numel()
+        return loss, [flat[id(p)] for p in self.parameters()]
+
+    def predict_np(self, batch: CardBatch) -> np.ndarray:
+        return self._batch(batch, None)[1]
+
+    def predict_compiled(self, cards: "CardSet", chunk: int) -> np.ndarray:
+        """P(recall) of every target of the CardSet (in its `order`), cards in groups of ≈ chunk targets."""
+        layout, theta, order = cards.layout(), self.theta(), cards.card_order()
+        bounds = group_bounds(cards.c_count[order], chunk)
+        p = np.empty(len(cards.t_pos))
+        for g in range(len(bounds) - 1):
+            self._call(layout, order[bounds[g]:bounds[g + 1]], theta, None, p)
+        return p
+
+    def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, lr: float, t_max: int) -> None:
+        """fit_cards's loop in one compiled call, then the weights back into the torch parameters."""
+        theta = self.theta()
+        lower, upper = self.param_bounds()
+        fit_card_groups(type(self).card_loss, self.model_consts(), cards.layout(),
+                        np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, lower, upper, float(lr),
+                        float(self.wd) if self.optimizer == "adamw" else 0.0, int(t_max))
+        self.set_theta(theta)
+
+
 # ----------------------------------------------------------------------------------------------- batching
 
 def _card_layout(data: ReviewData, net: CardSeqNet, keep: np.ndarray | None):
@@ -243,6 +320,11 @@ class CardSet:
                 t_row=self.order[t], dtype=self.dtype))
         return out
 
+    def layout(self) -> tuple:
+        """The card layout of the compiled kernels (models/card_fit.py)."""
+        return (self.feats, self.c_start, self.c_steps, self.c_tfirst, self.c_count, self.t_pos, self.t_dt,
+                self.t_last_g, self.t_y, self.t_w)
+
     def card_order(self, card_order: np.ndarray | None = None) -> np.ndarray:
         """The given card order, or by default the cards sorted by the number of steps they need."""
         return np.argsort(self.c_steps, kind="stable") if card_order is None else np.asarray(card_order, np.int64)
@@ -264,7 +346,7 @@ def predict_cards(net: CardSeqNet, data: ReviewData, chunk: int = PREDICT_TARGET
     """P(recall) of every row of `data`, in row order (NaN for a row without history), one pass per card."""
     out = np.full(len(data), np.nan)
     net.eval()
-    if hasattr(net, "predict_compiled"):
+    if isinstance(net, CompiledCardNet):
         cards = CardSet(net, data)
         if cards.n_cards:
             out[cards.order] = net.predict_compiled(cards, chunk)
@@ -294,7 +376,7 @@ def fit_cards(net: CardSeqNet, data: ReviewData, *, n_epoch: int, batch_size: in
     generator = torch.Generator().manual_seed(seed)
     grouping = grouping or net.grouping
     lr = net.lr if lr is None else lr
-    if grouping == "shuffled" and hasattr(net, "fit_compiled"):  # the whole loop compiled (GRU family)
+    if grouping == "shuffled" and isinstance(net, CompiledCardNet):  # the whole loop compiled
         orders = np.stack([torch.randperm(cards.n_cards, generator=generator).numpy() for _ in range(n_epoch)])
         n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
         net.fit_compiled(cards, orders, batch_size, lr, max(1, n_batches * n_epoch))

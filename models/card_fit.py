@@ -1,0 +1,64 @@
+"""The compiled fine-tune loop shared by the neural networks whose loss and gradient are compiled (GRU, GRU-P:
+models/gru_kernels.py): neural_seq.fit_cards's recipe in one numba call, so no Python runs per optimizer step.
+
+A network supplies `card_loss(model, layout, cards, theta, want, grad, p_out) -> Σ weight·BCE`, an @njit function
+over the targets of the given cards: it writes each target's P(recall) to p_out[target] and, with `want`, ADDS the
+gradient to grad (flat, like theta). `model` is the network's own tuple of constants; `layout` is
+neural_seq.CardSet.layout(): (feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w) — card c's
+step inputs are rows c_start[c] .. c_start[c] + c_steps[c] − 1 of feats, its targets the entries c_tfirst[c] ..
+c_tfirst[c] + c_count[c] − 1 of the t_* arrays (history length, elapsed time, last history rating, label, weight).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from models.kernel_math import adam_step, cosine_lr
+
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+@njit(cache=True)
+def group_bounds(counts, batch_size):
+    """Cards (already in visiting order, with `counts` targets each) cut into groups of ≈ batch_size targets: a card
+    joins the group in which its first target falls. Returns the group boundaries (positions), n_groups + 1 of them."""
+    n = len(counts)
+    bounds = np.empty(n + 1, dtype=np.int64)
+    nb = 0
+    acc = 0
+    for k in range(n):
+        g = acc // batch_size
+        if k == 0 or g != (acc - counts[k - 1]) // batch_size:
+            bounds[nb] = k
+            nb += 1
+        acc += counts[k]
+    bounds[nb] = n
+    return bounds[:nb + 1]
+
+
+@njit(cache=True)
+def fit_card_groups(card_loss, model, layout, orders, batch_size, theta, lower, upper, lr, weight_decay, t_max):
+    """Epoch e visits the cards in orders[e] in groups of ≈ batch_size targets; after each group, one Adam step
+    (torch's update, betas 0.9/0.999, eps 1e-8; AdamW when weight_decay > 0) at the cosine learning rate of step s,
+    lr·(1 + cos(π·s/t_max))/2, then theta is clipped to [lower, upper]. theta (flat, float64) is updated in place;
+    the final weights are kept (upstream's effective behaviour, see neural_seq)."""
+    c_count = layout[4]
+    n_w = len(theta)
+    grad = np.zeros(n_w)
+    m = np.zeros(n_w)
+    v = np.zeros(n_w)
+    p_scratch = np.empty(len(layout[5]))
+    step = 0
+    for e in range(orders.shape[0]):
+        order = orders[e]
+        bounds = group_bounds(c_count[order], batch_size)
+        for b in range(len(bounds) - 1):
+            grad[:] = 0.0
+            card_loss(model, layout, order[bounds[b]:bounds[b + 1]], theta, True, grad, p_scratch)
+            lr_t = cosine_lr(lr, step, t_max)
+            step += 1
+            adam_step(theta, grad, m, v, step, lr_t, ADAM_BETAS[0], ADAM_BETAS[1], ADAM_EPS, weight_decay)
+            for j in range(n_w):
+                theta[j] = min(max(theta[j], lower[j]), upper[j])
