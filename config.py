@@ -33,6 +33,10 @@ class RunConfig:
     two_buttons: bool = False  # Era A --binary: Hard and Easy become Good
     short: bool = False  # same-day reviews stay in histories (never targets)
     disable_short_term: bool = False  # FSRS-5: w17 = w18 = 0 and frozen (with S0), as upstream script.py
+    # upstream's secs-mode flags; accepted where they are the model's built-in mode (LSTM), refused elsewhere
+    secs: bool = False
+    duration: bool = False
+    equalize_test_with_non_secs: bool = False
     n_splits: int = 5
     batch_size: int = 512
     max_seq_len: int = 64
@@ -108,6 +112,12 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="FSRS-5: no short-term stability term (w17 = w18 = 0, their gradients and S0's zeroed, as "
                         "upstream script.py's enable_short_term=False); same-day reviews stay in the histories "
                         "(suffix -disable_short_term)")
+    for flag, what in (("--secs", "fractional-day intervals (elapsed_seconds / 86400)"),
+                       ("--duration", "answer durations as inputs"),
+                       ("--equalize_test_with_non_secs", "the test reviews of the day-mode pipeline")):
+        p.add_argument(flag, action="store_true",
+                       help=f"upstream's {flag}: {what}. Built into the LSTM row (its published mode; accepted and "
+                            "changes nothing there); not implemented for other models, which refuse it")
     p.add_argument("--n_splits", type=int, default=5, help="TimeSeriesSplit folds")
     p.add_argument("--batch_size", type=int, default=512, help="training batch size")
     p.add_argument("--max_seq_len", type=int, default=64,

@@ -462,6 +462,11 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
 
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
+    builtin = getattr(models.model_class(cfg.algo), "builtin_flags", ())
+    refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs") if getattr(cfg, f) and f not in builtin]
+    if refused:
+        raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (upstream's secs mode "
+                        "is built into the LSTM row only)")
     root, where = resolve_data_root(cfg.data)
     print(where, file=sys.stderr)
     cfg.result_dir.mkdir(parents=True, exist_ok=True)

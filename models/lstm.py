@@ -405,6 +405,7 @@ def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -
 class LSTM(NeuralModel):
     name = "LSTM"
     net_class = LSTMNet
+    builtin_flags = ("secs", "duration", "equalize_test_with_non_secs")  # its published mode, always on
 
     @classmethod
     def weights_name(cls, cfg) -> str:

@@ -642,3 +642,20 @@ def test_cli_rows_on_embedded_data_deterministic(tmp_path, algo, short):
         results.append(strip_time(tmp_path / str(k) / f"{name}.jsonl"))
     assert results[0] == results[1] and [r["user"] for r in results[0]] == users
     assert all(0 < r["metrics"]["LogLoss"] < 1 for r in results[0])
+
+
+def test_upstream_secs_flags_are_the_lstm_mode_and_refused_elsewhere(tmp_path, capsys):
+    """Upstream's LSTM command line runs as is (its flags are the row's built-in mode, same result file); other
+    models refuse --secs / --duration / --equalize_test_with_non_secs with exit code 2 and a message."""
+    import runner
+
+    base = ["--users", "3", "--processes", "1", "--quiet", "--data", str(EMBEDDED_DATA)]
+    upstream_cmd = ["--model", "LSTM", "--short", "--secs", "--duration", "--equalize_test_with_non_secs"]
+    assert runner.main(upstream_cmd + base + ["--result-dir", str(tmp_path / "a")], "", "FSRS-6", None) == 0
+    assert runner.main(["--model", "LSTM"] + base + ["--result-dir", str(tmp_path / "b")], "", "FSRS-6", None) == 0
+    assert strip_time(tmp_path / "a" / "LSTM.jsonl") == strip_time(tmp_path / "b" / "LSTM.jsonl")
+    capsys.readouterr()
+    assert runner.main(["--model", "GRU-P", "--secs"] + base + ["--result-dir", str(tmp_path / "c")], "", "FSRS-6",
+                       None) == 2
+    assert "GRU-P: --secs not implemented" in capsys.readouterr().err
+    assert not (tmp_path / "c" / "GRU-P.jsonl").exists()
