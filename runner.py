@@ -204,10 +204,12 @@ def device_slots(cfg: RunConfig) -> list[str]:
     elif cfg.gpus.strip() == "all":
         ids = list(range(count))
     else:
-        ids = [int(x) for x in cfg.gpus.split(",") if x.strip()]
-    bad = [i for i in ids if not 0 <= i < count]
-    if bad or not ids:
-        raise DataError(f"CUDA device(s) {bad or cfg.gpus} do not exist: this machine has {count} (0-{count - 1})")
+        try:
+            ids = [int(x) for x in cfg.gpus.split(",") if x.strip()]
+        except ValueError:
+            raise DataError(f"--gpus {cfg.gpus}: expected device indices such as 0,1 or all") from None
+    if not ids or not all(0 <= i < count for i in ids):
+        raise DataError(f"CUDA device(s) {cfg.gpus or cfg.device}: this machine has {count} (0-{count - 1})")
     return [f"cuda:{i}" for i in ids]
 
 
@@ -228,9 +230,14 @@ _WORKER_DEVICE = "cpu"
 
 
 def _init_device_worker(slots, threads: int) -> None:
+    """A batched-path worker takes its device from the queue (one worker per slot)."""
     global _WORKER_DEVICE
     _WORKER_DEVICE = slots.get()
     _init_worker(threads)
+    if _WORKER_DEVICE.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(_WORKER_DEVICE)  # CUDA's context on this worker's device only
 
 
 def _device_chunk(users: list[int], cfg: RunConfig, root) -> list[UserOutcome]:

@@ -153,7 +153,7 @@ def strip_time(path: Path) -> list[dict]:
 
 
 def run_rows(tmp_path: Path, tag: str, **kw) -> list[dict]:
-    cfg = RunConfig(processes=1, quiet=True, result_dir=tmp_path / tag, **kw)
+    cfg = RunConfig(quiet=True, result_dir=tmp_path / tag, **{"processes": 1, **kw})
     assert runner.run(cfg).exit_code == 0
     return strip_time(tmp_path / tag / f"{cfg.name}.jsonl")
 
@@ -177,6 +177,12 @@ def test_run_batched_equals_per_user_and_is_deterministic(tmp_path, monkeypatch,
               f"{a['metrics']['LogLoss']}")
         assert abs(a["metrics"]["LogLoss"] - b["metrics"]["LogLoss"]) <= 1e-4
 
+
+
+def test_run_batched_on_worker_processes_equals_in_process(tmp_path):
+    """--processes 2: chunks go to two worker processes (the pool a run with --gpus uses, one worker per device)."""
+    kw = dict(algo="GRU", data=EMBEDDED_DATA, batch_users=2, device="cpu")
+    assert run_rows(tmp_path, "pool", processes=2, **kw) == run_rows(tmp_path, "here", processes=1, **kw)
 
 @needs_check
 def test_bad_user_does_not_sink_its_chunk():
