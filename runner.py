@@ -6,6 +6,9 @@ The run: users not yet in `result/<name>.jsonl`, largest first, go to a process 
 flushed and fsynced), so a run killed at any instant loses at most the users in flight, and a torn last line from
 such a kill is dropped on the next start. A worker that dies (out-of-memory killer, kill -9) costs only the user it
 was running: the pool is rebuilt and that user retried; a user that kills its worker twice is reported as failed.
+GRU-family runs with `--batch-users K > 1` or on CUDA take users in chunks instead: the same phases per user
+(prepare_user, finish_user), every fold's fine-tune of a chunk trained in one batched pass (evaluate_chunk,
+docs/gpu.md).
 """
 
 from __future__ import annotations
