@@ -248,9 +248,11 @@ def _device_chunk(users: list[int], cfg: RunConfig, root) -> list[UserOutcome]:
 
 
 def _run_batched(cfg: RunConfig, root, todo: list[int], handle, bar, slots: list[str]) -> None:
-    """Chunks of --batch-users users (in todo's order, largest first) on one worker per slot; a worker takes the next
-    chunk when it is free. One slot runs in this process. A worker that dies fails the users it had not returned
-    (the result file is resumable: a new run redoes them)."""
+    """Chunks of --batch-users users (in todo's order, largest first) on one worker per slot (per CUDA device, or
+    --processes of them on the CPU); a worker takes the next chunk when it is free. One slot runs in this process.
+    A worker that dies fails the users it had not returned (the result file is resumable: a new run redoes them)."""
+    if slots == ["cpu"]:
+        slots = slots * max(1, cfg.processes)
     k = cfg.users_per_chunk
     chunks = [todo[i:i + k] for i in range(0, len(todo), k)]
 
@@ -625,8 +627,6 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     if cfg.batch_users is not None and cfg.batch_users < 1:
         raise DataError("--batch-users must be at least 1")
     slots = device_slots(cfg)
-    if cfg.processes > 1 and not cfg.on_cuda:
-        slots = slots * cfg.processes
     root, where = resolve_data_root(cfg.data)
     print(where, file=sys.stderr)
     cfg.result_dir.mkdir(parents=True, exist_ok=True)

@@ -186,12 +186,8 @@ def fit_tasks(net: GRUFamilyNet, trains: list[ReviewData], *, n_epoch: int, batc
     streams = [s[1] for s in schedules]
     optimizer = StackedAdamW(model.params, net.lr if lr is None else lr, net.wd, t_max)
     live = list(range(len(trains)))
-    while live:
-        items = []
-        for i in live:
-            batch = next(streams[i], None)
-            if batch is not None:
-                items.append((i, batch))
+    while True:
+        items = [(i, b) for i in live if (b := next(streams[i], None)) is not None]  # each task's next group
         live = [i for i, _ in items]
         if not items:
             break
@@ -227,7 +223,7 @@ class StackedAdamW:
         c2 = math.sqrt(1 - b2 ** (s + 1))
         with torch.no_grad():
             for p, m, v in zip(self.params, self.m, self.v):
-                g = torch.zeros_like(p) if p.grad is None else p.grad
+                g = p.grad
                 shape = (-1,) + (1,) * (p.dim() - 1)
                 act = active.view(shape)
                 m_new = m + (g - m) * (1 - b1)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -162,14 +161,15 @@ def no_per_user_fallback(*args):
     raise AssertionError("the batched path fell back to the per-user path")
 
 
-@pytest.mark.parametrize("algo,data", [("GRU-P", CHECK), ("GRU", EMBEDDED_DATA)])
-def test_run_batched_equals_per_user_and_is_deterministic(tmp_path, monkeypatch, algo, data):
+@pytest.mark.parametrize("algo,data,flags", [("GRU-P", CHECK, {}), ("GRU", EMBEDDED_DATA, {}),
+                                             ("GRU-P", CHECK, {"short": True, "recency": True})])
+def test_run_batched_equals_per_user_and_is_deterministic(tmp_path, monkeypatch, algo, data, flags):
     if not Path(data).exists():
         pytest.skip(f"{data} not present")
-    per_user = run_rows(tmp_path, "per-user", algo=algo, data=data)
+    per_user = run_rows(tmp_path, "per-user", algo=algo, data=data, **flags)
     monkeypatch.setattr(runner, "evaluate_user", no_per_user_fallback)
-    batched = run_rows(tmp_path, "batched", algo=algo, data=data, batch_users=3, device="cpu")
-    assert batched == run_rows(tmp_path, "again", algo=algo, data=data, batch_users=3, device="cpu")
+    batched = run_rows(tmp_path, "batched", algo=algo, data=data, batch_users=3, device="cpu", **flags)
+    assert batched == run_rows(tmp_path, "again", algo=algo, data=data, batch_users=3, device="cpu", **flags)
     assert [r["user"] for r in batched] == [r["user"] for r in per_user] and len(batched) >= 2
     for a, b in zip(batched, per_user):
         assert a["size"] == b["size"] and set(a) == set(b) and set(a["metrics"]) == set(b["metrics"])
