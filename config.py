@@ -51,6 +51,17 @@ class RunConfig:
     quiet: bool = False
     executor: str = "local"  # local: process pool on this machine; dask: a Dask cluster (runner._run_dask)
     scheduler: str | None = None  # with executor dask: tcp://host:8786; None starts a LocalCluster on loopback
+    device: str = "cpu"  # cpu | cuda | cuda:N (docs/gpu.md); the result file name does not depend on it
+    gpus: str | None = None  # "0,1" or "all": one worker per CUDA device, chunks of users go to the next free one
+    batch_users: int | None = None  # users fine-tuned together (GRU family); None: 64 on CUDA, 1 (per user) on CPU
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.gpus is not None or self.device.startswith("cuda")
+
+    @property
+    def users_per_chunk(self) -> int:
+        return self.batch_users if self.batch_users is not None else (64 if self.on_cuda else 1)
 
     @property
     def include_short(self) -> bool:
@@ -139,7 +150,29 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --executor dask: the scheduler to connect to (tcp://host:8786); default: start a "
                         "LocalCluster of --processes single-threaded workers on 127.0.0.1")
+    p.add_argument("--device", type=device_arg, default="cpu",
+                   help="cpu, cuda or cuda:N. On CUDA, GRU-P and GRU fine-tune --batch-users users' folds in one "
+                        "batched float64 pass on the device (same numbers as the CPU up to rounding, same result "
+                        "file name); NN-17, the Transformer and the LSTM, and any run with --partitions, --trainer "
+                        "upstream or --dry, stay on the CPU's per-user path (a message says so). --processes does "
+                        "not apply on CUDA: one process per device (docs/gpu.md)")
+    p.add_argument("--gpus", default=argparse.SUPPRESS, metavar="IDS",
+                   help="CUDA device indices, e.g. 0,1, or all: one worker process per device, each chunk of "
+                        "--batch-users users goes to the next free one (implies CUDA)")
+    p.add_argument("--batch-users", dest="batch_users", type=int, default=argparse.SUPPRESS, metavar="K",
+                   help="GRU-P/GRU: users whose fold fine-tunes are trained together in one batched pass "
+                        "(models/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
+                        "batched path with --processes workers taking chunks (default: 64 on CUDA, 1 on the CPU)")
     return p
+
+
+def device_arg(value: str) -> str:
+    """--device: cpu, cuda or cuda:N."""
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not cpu, cuda or cuda:N")
+    return value
 
 
 def data_arg(value: str) -> Path | str:

@@ -6,6 +6,9 @@ The run: users not yet in `result/<name>.jsonl`, largest first, go to a process 
 flushed and fsynced), so a run killed at any instant loses at most the users in flight, and a torn last line from
 such a kill is dropped on the next start. A worker that dies (out-of-memory killer, kill -9) costs only the user it
 was running: the pool is rebuilt and that user retried; a user that kills its worker twice is reported as failed.
+GRU-family runs with `--batch-users K > 1` or on CUDA take users in chunks instead: the same phases per user
+(prepare_user, finish_user), every fold's fine-tune of a chunk trained in one batched pass (evaluate_chunk,
+docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -59,8 +62,23 @@ def _fit_partition(cfg: RunConfig, train: ReviewData, whole_train: ReviewData):
     return models.create(cfg)  # unfitted: default parameters
 
 
-def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
-    """Everything for one user; errors are returned, never raised, so one bad user cannot stop a run."""
+@dataclass
+class PreparedUser:
+    """A user after the steps every path shares: revlogs → features → the model's target hook → the folds."""
+    user: int
+    data: ReviewData
+    folds: list[tuple[np.ndarray, np.ndarray]]  # (train rows, test rows) per TimeSeriesSplit fold
+    warning: str | None
+    start: float  # perf_counter at the start, for time_ms
+
+    def splits(self):
+        """(train, test) data of each fold, made one at a time (a large user's subsets are not all held at once)."""
+        for tr, te in self.folds:
+            yield self.data.subset(tr), self.data.subset(te)
+
+
+def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | UserOutcome:
+    """The user's folds, or the outcome (skipped / error) that ends the user here."""
     start = time.perf_counter()
     try:
         revlogs = load_revlogs(root, user_id)
@@ -73,49 +91,193 @@ def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
         restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
         if restrict is not None:
             data = restrict(data, root, user_id)
+        folds = time_series_folds(len(data), cfg.n_splits)
     except NotEnoughData as exc:
         return UserOutcome(user_id, skipped=str(exc))
     except DataError as exc:
         return UserOutcome(user_id, error=str(exc).removeprefix(f"user {user_id}: "))
     except Exception as exc:  # anything unexpected in a user's data
         return UserOutcome(user_id, error=f"{type(exc).__name__}: {exc}")
+    return PreparedUser(user_id, data, folds, warning, start)
 
+
+def fit_predict_fold(cfg: RunConfig, train: ReviewData, test: ReviewData):
+    """The per-user path of one fold: a model per partition. Returns the predictions and test rows of each test
+    partition and the fitted models' parameters."""
+    fitted = {}
+    for p in pd.unique(train.rows["partition"]):
+        fitted[p] = _fit_partition(cfg, train.subset((train.rows["partition"] == p).to_numpy()), train)
+    p_parts, row_parts = [], []
+    for p in pd.unique(test.rows["partition"]):
+        part_test = test.subset((test.rows["partition"] == p).to_numpy())
+        model = fitted.get(p) or models.create(cfg)
+        p_parts.append(np.asarray(model.predict(part_test), dtype=np.float64))
+        row_parts.append(part_test.rows)
+    return p_parts, row_parts, {int(p): m.parameters() for p, m in fitted.items() if m.parameters() is not None}
+
+
+def finish_user(prep: PreparedUser, cfg: RunConfig, p_parts: list[np.ndarray], row_parts: list[pd.DataFrame],
+                last_params: dict, seconds: float | None = None) -> UserOutcome:
+    """Metrics and the result record from the test predictions of every fold (and the raw/--file extras).
+    `seconds`: the user's time when it was not measured from prep.start (users trained together share it)."""
+    p = np.concatenate(p_parts)
+    rows = pd.concat(row_parts, ignore_index=True)
+    record = {"metrics": metrics.evaluate(rows["y"].to_numpy(), p, rows), "user": int(prep.user),
+              "size": int(len(rows))}
+    if last_params:
+        record["parameters"] = {str(k): [round(float(x), 6) for x in v] for k, v in last_params.items()}
+    seconds = time.perf_counter() - prep.start if seconds is None else seconds
+    record["time_ms"] = round(seconds * 1000, 1)
+    if prep.warning:
+        record["warning"] = prep.warning
+    outcome = UserOutcome(prep.user, record=record)
+    if cfg.raw:
+        outcome.raw = {"user": int(prep.user), "p": [round(float(x), 4) for x in p],
+                       "y": [int(x) for x in rows["y"]]}
+    if cfg.file:
+        table = rows.drop(columns=["seq_start", "seq_pos"]).copy()
+        table["t_history"], table["r_history"] = history_strings(ReviewData(rows, prep.data.seq_delta_t,
+                                                                            prep.data.seq_rating))
+        table["p"] = p
+        outcome.table = table
+    return outcome
+
+
+def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
+    """Everything for one user; errors are returned, never raised, so one bad user cannot stop a run."""
+    prep = prepare_user(user_id, cfg, root)
+    if isinstance(prep, UserOutcome):
+        return prep
     try:
-        p_all, test_parts, last_params = [], [], {}
-        for train_idx, test_idx in time_series_folds(len(data), cfg.n_splits):
-            train, test = data.subset(train_idx), data.subset(test_idx)
-            fitted = {}
-            for p in pd.unique(train.rows["partition"]):
-                fitted[p] = _fit_partition(cfg, train.subset((train.rows["partition"] == p).to_numpy()), train)
-            for p in pd.unique(test.rows["partition"]):
-                sel = (test.rows["partition"] == p).to_numpy()
-                part_test = test.subset(sel)
-                model = fitted.get(p) or models.create(cfg)
-                p_all.append(np.asarray(model.predict(part_test), dtype=np.float64))
-                test_parts.append(part_test.rows)
-            last_params = {int(p): m.parameters() for p, m in fitted.items() if m.parameters() is not None}
-        p = np.concatenate(p_all)
-        rows = pd.concat(test_parts, ignore_index=True)
-        record = {"metrics": metrics.evaluate(rows["y"].to_numpy(), p, rows), "user": int(user_id),
-                  "size": int(len(rows))}
-        if last_params:
-            record["parameters"] = {str(k): [round(float(x), 6) for x in v] for k, v in last_params.items()}
-        record["time_ms"] = round((time.perf_counter() - start) * 1000, 1)
-        if warning:
-            record["warning"] = warning
-        outcome = UserOutcome(user_id, record=record)
-        if cfg.raw:
-            outcome.raw = {"user": int(user_id), "p": [round(float(x), 4) for x in p],
-                           "y": [int(x) for x in rows["y"]]}
-        if cfg.file:
-            table = rows.drop(columns=["seq_start", "seq_pos"]).copy()
-            table["t_history"], table["r_history"] = history_strings(ReviewData(rows, data.seq_delta_t,
-                                                                                data.seq_rating))
-            table["p"] = p
-            outcome.table = table
-        return outcome
+        p_parts, row_parts, last_params = [], [], {}
+        for train, test in prep.splits():
+            ps, rows, last_params = fit_predict_fold(cfg, train, test)  # the last fold's parameters are kept
+            p_parts += ps
+            row_parts += rows
+        return finish_user(prep, cfg, p_parts, row_parts, last_params)
     except Exception as exc:
         return UserOutcome(user_id, error=f"{type(exc).__name__}: {exc}")
+
+
+# ------------------------------------------------------------------------------ users trained together (docs/gpu.md)
+
+def evaluate_chunk(users: list[int], cfg: RunConfig, root: Path, device: str = "cpu") -> list[UserOutcome]:
+    """evaluate_user's phases for several users of a model with a batched trainer (models/neural_batched.py): each
+    user is prepared and finished as alone, and every (user, fold) fine-tune runs in one batched pass on `device`.
+    A user whose data fails is reported as evaluate_user reports it; if the batched pass itself fails, the chunk's
+    users are run one by one on the per-user path."""
+    from models import neural_batched
+
+    start = time.perf_counter()
+    preps = [prepare_user(u, cfg, root) for u in users]
+    ready = [p for p in preps if isinstance(p, PreparedUser)]
+    try:
+        preds = neural_batched.fit_predict(cfg, [s for p in ready for s in p.splits()], device) if ready else []
+    except Exception as exc:
+        _log(f"batched pass over users {', '.join(str(p.user) for p in ready)} failed ({type(exc).__name__}: "
+             f"{exc}); running them one by one on the CPU")
+        return [p if isinstance(p, UserOutcome) else evaluate_user(p.user, cfg, root) for p in preps]
+    share = (time.perf_counter() - start) / max(1, len(ready))  # time_ms: an equal share of the chunk's time
+    outcomes = []
+    for p in preps:
+        if isinstance(p, PreparedUser):
+            mine, preds = preds[:len(p.folds)], preds[len(p.folds):]
+            try:
+                p = finish_user(p, cfg, mine, [p.data.rows.iloc[te] for _, te in p.folds], {}, seconds=share)
+            except Exception as exc:
+                p = UserOutcome(p.user, error=f"{type(exc).__name__}: {exc}")
+        outcomes.append(p)
+    return outcomes
+
+
+def device_slots(cfg: RunConfig) -> list[str]:
+    """The device of each worker of a batched run (cpu, cuda:N, ...). Asking for CUDA where torch has none is a
+    DataError (exit 2) before any work."""
+    if not cfg.on_cuda:
+        return ["cpu"]
+    import torch
+
+    if not torch.cuda.is_available():
+        asked = f"--gpus {cfg.gpus}" if cfg.gpus is not None else f"--device {cfg.device}"
+        raise DataError(f"{asked}: CUDA is not available here (torch {torch.__version__}, CUDA build: "
+                        f"{torch.version.cuda or 'none'}); run with --device cpu")
+    count = torch.cuda.device_count()
+    if cfg.gpus is None:
+        ids = [int(cfg.device.split(":")[1]) if ":" in cfg.device else torch.cuda.current_device()]
+    elif cfg.gpus.strip() == "all":
+        ids = list(range(count))
+    else:
+        try:
+            ids = [int(x) for x in cfg.gpus.split(",") if x.strip()]
+        except ValueError:
+            raise DataError(f"--gpus {cfg.gpus}: expected device indices such as 0,1 or all") from None
+    if not ids or not all(0 <= i < count for i in ids):
+        raise DataError(f"CUDA device(s) {cfg.gpus or cfg.device}: this machine has {count} (0-{count - 1})")
+    return [f"cuda:{i}" for i in ids]
+
+
+def per_user_reason(cfg: RunConfig) -> str | None:
+    """Why this run cannot use the batched trainer (None: it can)."""
+    from models import neural_batched
+
+    if not neural_batched.supports(cfg.algo):
+        return f"{cfg.algo} has no batched trainer (GRU-P and GRU do)"
+    for flag, on in (("--partitions", cfg.partitions != "none"), ("--trainer upstream", cfg.trainer != "fast"),
+                     ("--dry", cfg.default), ("--executor dask", cfg.executor == "dask")):
+        if on:
+            return f"{flag} runs users one by one"
+    return None
+
+
+_WORKER_DEVICE = "cpu"
+
+
+def _init_device_worker(slots, threads: int) -> None:
+    """A batched-path worker takes its device from the queue (one worker per slot)."""
+    global _WORKER_DEVICE
+    _WORKER_DEVICE = slots.get()
+    _init_worker(threads)
+    if _WORKER_DEVICE.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(_WORKER_DEVICE)  # CUDA's context on this worker's device only
+
+
+def _device_chunk(users: list[int], cfg: RunConfig, root) -> list[UserOutcome]:
+    return evaluate_chunk(users, cfg, root, _WORKER_DEVICE)
+
+
+def _run_batched(cfg: RunConfig, root, todo: list[int], handle, bar, slots: list[str]) -> None:
+    """Chunks of --batch-users users (in todo's order, largest first) on one worker per slot (per CUDA device, or
+    --processes of them on the CPU); a worker takes the next chunk when it is free. One slot runs in this process.
+    A worker that dies fails the users it had not returned (the result file is resumable: a new run redoes them)."""
+    if slots == ["cpu"]:
+        slots = slots * max(1, cfg.processes)
+    k = cfg.users_per_chunk
+    chunks = [todo[i:i + k] for i in range(0, len(todo), k)]
+
+    def report(outcomes):
+        for outcome in outcomes:
+            handle(outcome)
+            bar.update()
+
+    if len(slots) == 1:
+        _init_worker(cfg.torch_num_threads)
+        for chunk in chunks:
+            report(evaluate_chunk(chunk, cfg, root, slots[0]))
+        return
+    ctx = multiprocessing.get_context("spawn") if cfg.on_cuda else _pool_context(cfg)  # no CUDA after fork
+    queue = ctx.Queue()
+    for slot in slots:
+        queue.put(slot)
+    with ProcessPoolExecutor(max_workers=len(slots), mp_context=ctx, initializer=_init_device_worker,
+                             initargs=(queue, cfg.torch_num_threads)) as pool:
+        futures = {pool.submit(_device_chunk, chunk, cfg, root): chunk for chunk in chunks}
+        for fut in as_completed(futures):
+            try:
+                report(fut.result())
+            except Exception as exc:
+                report(UserOutcome(u, error=f"worker failed: {type(exc).__name__}: {exc}") for u in futures[fut])
 
 
 # ----------------------------------------------------------------------------------------------- result files
@@ -467,6 +629,9 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     if refused:
         raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (upstream's secs mode "
                         "is built into the LSTM row only)")
+    if cfg.batch_users is not None and cfg.batch_users < 1:
+        raise DataError("--batch-users must be at least 1")
+    slots = device_slots(cfg)
     root, where = resolve_data_root(cfg.data)
     print(where, file=sys.stderr)
     cfg.result_dir.mkdir(parents=True, exist_ok=True)
@@ -488,7 +653,13 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
         users = [u for u in users if u <= cfg.max_user_id]
     summary = RunSummary(already=sum(u in finished for u in users))
     todo = [u for u in users if u not in finished]
-    if len(todo) > 1 and (cfg.executor == "dask" or cfg.processes > 1):
+    batched = False
+    if cfg.on_cuda or cfg.users_per_chunk > 1:
+        why = per_user_reason(cfg)
+        batched = why is None
+        if why:
+            print(f"{cfg.name}: {why}: the per-user path on the CPU", file=sys.stderr)
+    if len(todo) > 1 and (cfg.executor == "dask" or cfg.processes > 1 or batched):
         sizes = review_counts(root, todo)  # parquet footers only
         todo.sort(key=lambda u: -sizes[u])  # largest first, so the slowest collection does not start last
     print(f"{cfg.name}: {len(todo)} user(s) to run, {summary.already} already in {result_path}", file=sys.stderr)
@@ -514,7 +685,9 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
 
     bar = tqdm(total=len(todo), desc=cfg.name, unit="user", disable=cfg.quiet or not todo, file=sys.stderr)
     try:
-        if cfg.executor == "dask" and todo:
+        if batched and todo:
+            _run_batched(cfg, root, todo, handle, bar, slots)
+        elif cfg.executor == "dask" and todo:
             _run_dask(cfg, root, todo, handle, bar, client)
         elif cfg.processes <= 1 or len(todo) <= 1:
             _init_worker(cfg.torch_num_threads)

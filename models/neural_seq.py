@@ -362,6 +362,12 @@ def batch_loss(net: CardSeqNet, batch: CardBatch) -> Tensor:
     return (F.binary_cross_entropy(p, batch.t_y, reduction="none") * batch.t_w).sum()
 
 
+def epoch_orders(n_cards: int, n_epoch: int, seed: int = SHUFFLE_SEED) -> np.ndarray:
+    """The card order of every epoch [n_epoch, n_cards]: torch.randperm on one Generator seeded `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    return np.stack([torch.randperm(n_cards, generator=generator).numpy() for _ in range(n_epoch)])
+
+
 def fit_cards(net: CardSeqNet, data: ReviewData, *, n_epoch: int, batch_size: int = 512, max_seq_len: int = 64,
               lr: float | None = None, weights: np.ndarray | None = None, keep: np.ndarray | None = None,
               seed: int = SHUFFLE_SEED, grouping: str | None = None) -> int:
@@ -377,7 +383,7 @@ def fit_cards(net: CardSeqNet, data: ReviewData, *, n_epoch: int, batch_size: in
     grouping = grouping or net.grouping
     lr = net.lr if lr is None else lr
     if grouping == "shuffled" and isinstance(net, CompiledCardNet):  # the whole loop compiled
-        orders = np.stack([torch.randperm(cards.n_cards, generator=generator).numpy() for _ in range(n_epoch)])
+        orders = epoch_orders(cards.n_cards, n_epoch, seed)
         n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
         net.fit_compiled(cards, orders, batch_size, lr, max(1, n_batches * n_epoch))
         net.eval()

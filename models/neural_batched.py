@@ -1,0 +1,257 @@
+"""Many fine-tunes of the GRU family (GRU-P, GRU-P --short, GRU) trained together in one batched pass, on any
+torch device (docs/gpu.md).
+
+Why: one user's fine-tune is ~10^3 optimizer steps of a network with 39 or 297 parameters: far too little work per
+step for a GPU. Stacking T independent tasks (task = one (user, fold) training set, each starting from the
+pretrained weights) makes every kernel launch do T tasks' work.
+
+What it computes, per task, is `neural_seq.fit_cards` then `neural_seq.predict_cards` (tests/test_neural_batched.py
+holds them equal in float64):
+- the same schedule: the task's `CardSet` (targets with history ≤ max_seq_len), its own Generator seeded 2023, a
+  torch.randperm card order per epoch, the same groups of whole cards of ≈ batch_size targets;
+- parameters stacked [T, ...]; at global step s every task that still has a group s contributes it: cards are padded
+  across tasks (time-major [L, T, C, F]; each task's cards sorted longest first so step k runs only the first n_k
+  card slots, like a packed sequence), targets padded with weight 0;
+- nn.GRU's recurrence (gates r, z, n) written with batched matmuls, gradients by autograd;
+- per-task AdamW with torch.optim.AdamW's update and CosineAnnealingLR's schedule (its own T_max = groups·epochs and
+  step count), elementwise on the stacked tensors; a task with no group left is masked: its weights and moments
+  stay exactly as they are;
+- Σ weight·BCE with torch's clamped BCE. Float64 by default: a GPU then gives the CPU's numbers up to rounding.
+
+Tasks whose padded step would exceed `max_elems` state elements are split into several forward/backward passes
+within the same optimizer step (the update is the same; only memory is bounded).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models.base import ReviewData
+from models.gru_kernels import HEAD_SIGMOID_CELL
+from models.gru_p import DECAY, FACTOR, GRUFamilyNet
+from models.neural_seq import SHUFFLE_SEED, CardBatch, CardSet, epoch_orders
+
+BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as make_optimizer uses them
+PREDICT_GROUP = 4096  # targets per prediction group (its size does not change any prediction)
+MAX_ELEMS = {"cpu": 2 ** 22, "cuda": 2 ** 26}  # state elements (tasks · cards · (steps + 1) · hidden) per pass
+
+
+def gru_step(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor) -> Tensor:
+    """One nn.GRU step for T stacked networks: x [T, N, F], h [T, N, H], weights [T, 3H, F|H], biases [T, 3H]."""
+    H = h.shape[-1]
+    gi = torch.baddbmm(b_ih.unsqueeze(1), x, w_ih.transpose(1, 2))
+    gh = torch.baddbmm(b_hh.unsqueeze(1), h, w_hh.transpose(1, 2))
+    rz = torch.sigmoid(gi[..., :2 * H] + gh[..., :2 * H])
+    r, z = rz[..., :H], rz[..., H:]
+    n = torch.tanh(gi[..., 2 * H:] + r * gh[..., 2 * H:])
+    return (1 - z) * n + z * h
+
+
+class Padded:
+    """One CardBatch per task as padded tensors on a device.
+
+    x [L, t, C, F]: x[k, i, c] is step k of task i's c-th longest card (zero beyond its steps); step k runs only the
+    first n_run[k] card slots (the most cards any of the tasks has with more than k steps), as a packed sequence
+    would. The states are kept as [h_0 (C slots), h_1 (n_run[0] slots), h_2 (n_run[1] slots), ...] concatenated
+    along the card axis, and t_state[i, j] is where target j of task i finds the state its prediction reads.
+    Targets beyond a task's count are padding with weight 0."""
+
+    def __init__(self, net: GRUFamilyNet, batches: list[CardBatch], device, dtype):
+        t = len(batches)
+        C = max(len(b.c_steps) for b in batches)
+        L = max(int(b.c_steps.max()) for b in batches)
+        J = max(len(b) for b in batches)
+        x = np.zeros((L, t, C, batches[0].x_packed.shape[1]))
+        runs = np.zeros((t, L + 1), dtype=np.int64)  # runs[i, k]: cards of task i with at least k steps
+        slot = np.zeros((t, J), dtype=np.int64)  # the target's card slot
+        read = np.zeros((t, J), dtype=np.int64)  # the state it reads: h after `read` steps of its card
+        targets = np.zeros((4, t, J))  # delta_t, last rating, y, weight
+        for i, b in enumerate(batches):
+            order = np.argsort(-b.c_steps, kind="stable")
+            steps = b.c_steps[order]
+            k = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
+            x[k, i, np.repeat(np.arange(len(order)), steps)] = b.x_packed[np.repeat(b.c_off[order], steps) + k]
+            runs[i] = np.bincount(steps, minlength=L + 1)[::-1].cumsum()[::-1]
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            n = len(b)
+            slot[i, :n] = rank[b.t_card_np]
+            # GRU: the state after the whole history; GRU-P: after all but its last step, which forward() takes
+            # with the target's own (delta_t, last rating), as upstream's per-target tensor ends
+            read[i, :n] = b.t_pos_np - (1 if net.head_kind == HEAD_SIGMOID_CELL else 0)
+            targets[:, i, :n] = (b.t_dt_np, b.t_last_g_np, b.t_y_np, b.t_w_np)
+        n_run = runs.max(axis=0)[1:]
+        h_start = np.concatenate([[0, C], C + np.cumsum(n_run)[:-1]])  # where h_k starts along the card axis
+        as_t = lambda a, kind=dtype: torch.as_tensor(a, dtype=kind).to(device)
+        self.x, self.C, self.n_run = as_t(x), C, [int(n) for n in n_run]
+        self.t_state = as_t(h_start[read] + slot, torch.long)
+        self.t_dt, self.t_g, self.t_y, self.t_w = (as_t(a) for a in targets)
+
+
+class StackedGRU:
+    """T GRU-family networks of one architecture, weights stacked [T, ...] on one device (order: weight_ih,
+    weight_hh, bias_ih, bias_hh, fc.weight, fc.bias, as in the net)."""
+
+    def __init__(self, net: GRUFamilyNet, n_tasks: int, device="cpu", dtype=torch.float64):
+        self.net, self.device, self.dtype = net, torch.device(device), dtype
+        self.head = net.head_kind
+        self.names = ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0", "fc.weight",
+                      "fc.bias"]
+        pretrained = dict(net.named_parameters())
+        self.params = [pretrained[n].detach().to(self.device, dtype).expand(n_tasks, *pretrained[n].shape).clone()
+                       .requires_grad_() for n in self.names]
+        self.max_elems = MAX_ELEMS["cpu" if self.device.type == "cpu" else "cuda"]
+
+    def state_dict(self, i: int) -> dict[str, Tensor]:
+        """Task i's weights under the net's own names (float64, CPU)."""
+        return {n: p[i].detach().cpu().double() for n, p in zip(self.names, self.params)}
+
+    def forward(self, rows: Tensor, pb: Padded) -> Tensor:
+        """P(recall) [t, J] of the padded targets, with the weights of tasks `rows`."""
+        w_ih, w_hh, b_ih, b_hh, fc_w, fc_b = (p[rows] for p in self.params)
+        h = torch.zeros(len(rows), pb.C, w_hh.shape[-1], dtype=self.dtype, device=self.device)
+        states = [h]
+        for k, n in enumerate(pb.n_run):
+            h = gru_step(pb.x[k, :, :n], h[:, :n], w_ih, w_hh, b_ih, b_hh)
+            states.append(h)
+        states = torch.cat(states, dim=1)
+        h = states.gather(1, pb.t_state.unsqueeze(-1).expand(-1, -1, states.shape[-1]))
+        if self.head == HEAD_SIGMOID_CELL:  # GRU-P: one more step with the target's own (delta_t, last rating)
+            h = gru_step(torch.stack([pb.t_dt, pb.t_g], dim=-1), h, w_ih, w_hh, b_ih, b_hh)
+            return torch.sigmoid(torch.baddbmm(fc_b.unsqueeze(1), h, fc_w.transpose(1, 2))).squeeze(-1)
+        s = torch.exp(torch.baddbmm(fc_b.unsqueeze(1), h, fc_w.transpose(1, 2))).squeeze(-1)
+        return (1 + FACTOR * pb.t_dt / s) ** DECAY
+
+    def passes(self, items: list[tuple[int, CardBatch]]):
+        """(task rows, items, Padded) per forward pass over `items` (task, its batch): sorted by padded size and cut
+        so that a pass's states stay within max_elems elements (one task at least)."""
+        H = self.net.rnn.hidden_size
+        size = lambda b: (int(b.c_steps.max()), len(b.c_steps))
+        items = sorted(items, key=lambda it: size(it[1]), reverse=True)
+        cuts, L, C = [0], 0, 0
+        for n, (_, b) in enumerate(items):
+            L, C = max(L, size(b)[0]), max(C, size(b)[1])
+            if n > cuts[-1] and (n - cuts[-1] + 1) * (L + 1) * C * H > self.max_elems:
+                cuts.append(n)
+                L, C = size(b)
+        for a, z in zip(cuts, cuts[1:] + [len(items)]):
+            rows = torch.as_tensor([i for i, _ in items[a:z]], device=self.device)
+            yield rows, items[a:z], Padded(self.net, [b for _, b in items[a:z]], self.device, self.dtype)
+
+    def predict(self, tests: list[ReviewData]) -> list[np.ndarray]:
+        """`predict_cards` for every task: P(recall) of each test row (NaN without history), in row order."""
+        out = [np.full(len(d), np.nan) for d in tests]
+        items = [(i, b) for i, d in enumerate(tests) for b in CardSet(self.net, d).batches(PREDICT_GROUP)]
+        with torch.no_grad():
+            for rows, chunk, pb in self.passes(items):
+                p = self.forward(rows, pb).double().cpu().numpy()
+                for k, (i, b) in enumerate(chunk):
+                    out[i][b.t_row] = p[k, :len(b)]
+        return out
+
+
+def task_schedule(net: GRUFamilyNet, data: ReviewData, *, n_epoch: int, batch_size: int, max_seq_len: int,
+                  weights=None, seed: int = SHUFFLE_SEED):
+    """fit_cards' schedule for one task: (T_max of its cosine, iterator over its groups, epoch after epoch); no
+    groups when no target has a history of length 1..max_seq_len (fit_cards' InadequateData: the pretrained
+    weights stay, as the per-user path's fallback)."""
+    cards = CardSet(net, data, data.rows["seq_pos"].to_numpy() <= max_seq_len, weights)
+    if cards.n_cards == 0:
+        return 1, iter(())
+    n_groups = cards.n_groups(batch_size, np.arange(cards.n_cards))  # as fit_cards counts them
+
+    def groups():
+        for order in epoch_orders(cards.n_cards, n_epoch, seed):
+            yield from cards.batches(batch_size, order)
+
+    return max(1, n_groups * n_epoch), groups()
+
+
+def fit_tasks(net: GRUFamilyNet, trains: list[ReviewData], *, n_epoch: int, batch_size: int = 512,
+              max_seq_len: int = 64, weights: list | None = None, lr: float | None = None, device="cpu",
+              dtype=torch.float64, max_elems: int | None = None) -> StackedGRU:
+    """Fine-tune one copy of `net` (the pretrained weights) per training set, all together; returns the stacked
+    networks (task i = trains[i])."""
+    assert net.grouping == "shuffled" and net.optimizer == "adamw", "the GRU family's recipe (fit_cards)"
+    model = StackedGRU(net, len(trains), device, dtype)
+    if max_elems is not None:
+        model.max_elems = max_elems
+    schedules = [task_schedule(net, d, n_epoch=n_epoch, batch_size=batch_size, max_seq_len=max_seq_len,
+                               weights=None if weights is None else weights[i]) for i, d in enumerate(trains)]
+    t_max = torch.tensor([s[0] for s in schedules], dtype=dtype, device=model.device)
+    streams = [s[1] for s in schedules]
+    optimizer = StackedAdamW(model.params, net.lr if lr is None else lr, net.wd, t_max)
+    live = list(range(len(trains)))
+    while True:
+        items = [(i, b) for i in live if (b := next(streams[i], None)) is not None]  # each task's next group
+        live = [i for i, _ in items]
+        if not items:
+            break
+        for p in model.params:
+            p.grad = None
+        for rows, _, pb in model.passes(items):
+            p = model.forward(rows, pb)
+            (F.binary_cross_entropy(p, pb.t_y, reduction="none") * pb.t_w).sum().backward()
+        optimizer.step(torch.as_tensor(live, device=model.device))
+    return model
+
+
+class StackedAdamW:
+    """torch.optim.AdamW (no amsgrad) + CosineAnnealingLR(T_max, eta_min 0) for each task of stacked parameters:
+    task i's learning rate at its step s (0-based) is lr·(1 + cos(π·s/T_max[i]))/2. Only the tasks in `rows` step;
+    the others keep their weights and moments untouched. All tasks start together, so an active task's step count
+    is the number of steps taken so far."""
+
+    def __init__(self, params: list[Tensor], lr: float, weight_decay: float, t_max: Tensor):
+        self.params, self.lr, self.wd, self.t_max = params, lr, weight_decay, t_max
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.steps = 0
+
+    def step(self, rows: Tensor) -> None:
+        s = self.steps
+        self.steps += 1
+        b1, b2 = BETAS
+        lr = self.lr * (1 + torch.cos(math.pi * s / self.t_max)) / 2  # [T]
+        active = torch.zeros(len(self.t_max), dtype=torch.bool, device=self.t_max.device)
+        active[rows] = True
+        step_size = lr / (1 - b1 ** (s + 1))
+        c2 = math.sqrt(1 - b2 ** (s + 1))
+        with torch.no_grad():
+            for p, m, v in zip(self.params, self.m, self.v):
+                g = p.grad
+                shape = (-1,) + (1,) * (p.dim() - 1)
+                act = active.view(shape)
+                m_new = m + (g - m) * (1 - b1)
+                v_new = v * b2 + g * g * (1 - b2)
+                decayed = p * (1 - lr * self.wd).view(shape)
+                p_new = decayed - step_size.view(shape) * m_new / (v_new.sqrt() / c2 + EPS)
+                p.copy_(torch.where(act, p_new, p))
+                m.copy_(torch.where(act, m_new, m))
+                v.copy_(torch.where(act, v_new, v))
+
+
+def supports(algo: str) -> bool:
+    """Models with a batched trainer: the GRU family."""
+    import models
+
+    return issubclass(getattr(models.model_class(algo), "net_class", object), GRUFamilyNet)
+
+
+def fit_predict(cfg, splits: list[tuple[ReviewData, ReviewData]], device="cpu") -> list[np.ndarray]:
+    """NeuralModel.fit then .predict for every (train, test) split, all fine-tunes in one batched pass: the
+    predictions of each test set, in row order."""
+    import models
+    import training
+
+    model = models.create(cfg)  # the pretrained net and the model's own epoch count
+    trains = [tr for tr, _ in splits]
+    weights = [training.recency_weights(len(tr)) for tr in trains] if cfg.recency else None
+    stacked = fit_tasks(model.net, trains, n_epoch=model.n_epoch, batch_size=cfg.batch_size,
+                        max_seq_len=cfg.max_seq_len, weights=weights, device=device)
+    return stacked.predict([te for _, te in splits])
