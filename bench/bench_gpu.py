@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.simulate import write_users  # noqa: E402
+from bench.simulate import add_user_set_args, open_user_set  # noqa: E402
 from config import RunConfig  # noqa: E402
-from data_loader import list_user_ids, review_counts  # noqa: E402
+from data_loader import review_counts  # noqa: E402
 from runner import evaluate_chunk, evaluate_user  # noqa: E402
 
 
@@ -53,10 +53,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--models", default="GRU-P,GRU", help="comma-separated: GRU-P, GRU")
-    ap.add_argument("--data", type=Path, default=None, help="dataset root (default: simulated users)")
-    ap.add_argument("--users", type=int, default=8, help="simulated users (or the first N users of --data)")
-    ap.add_argument("--reviews", type=int, default=10_000, help="raw reviews per simulated user")
-    ap.add_argument("--seed", type=int, default=100)
+    add_user_set_args(ap, users=8, reviews=10_000)
     ap.add_argument("--device", default="cpu", help="device of the batched path: cpu, cuda, cuda:N")
     ap.add_argument("--batch-users", default="4,8", help="comma-separated chunk sizes K to time")
     ap.add_argument("--no-per-user", action="store_true", help="time the batched path only")
@@ -64,14 +61,10 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     sizes = [int(k) for k in a.batch_users.split(",") if k.strip()]
     with tempfile.TemporaryDirectory() as tmp:
-        root = a.data
-        if root is None:
-            root = Path(tmp)
-            write_users(root, a.reviews, a.users, seed=a.seed)
-        users = list_user_ids(root)[:a.users]
+        root, users, what = open_user_set(a, tmp)
         reviews = sum(review_counts(root, users).values())
         gpu = torch.cuda.get_device_name(torch.device(a.device)) if a.device.startswith("cuda") else "CPU, 1 thread"
-        print(f"data: {root if a.data else f'{a.users} simulated users x {a.reviews:,} reviews (seed {a.seed})'}; "
+        print(f"data: {what}; "
               f"batched on {a.device} ({gpu}); per-user path: CPU, 1 thread")
         print("| model | path | K | users/s | s per 100k reviews | mean LogLoss | max abs ΔLogLoss vs per-user |")
         print("|---|---|---|---|---|---|---|")

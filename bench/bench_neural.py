@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.simulate import write_users  # noqa: E402
+from bench.simulate import add_user_set_args, open_user_set  # noqa: E402
 from config import RunConfig  # noqa: E402
-from data_loader import list_user_ids, load_revlogs  # noqa: E402
+from data_loader import load_revlogs  # noqa: E402
 from runner import evaluate_user  # noqa: E402
 
 
@@ -58,22 +58,14 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--models", default="GRU-P,GRU", help="comma-separated neural models")
-    ap.add_argument("--data", type=Path, default=None, help="dataset root (default: simulated users)")
-    ap.add_argument("--users", type=int, default=3, help="simulated users (or the first N users of --data)")
-    ap.add_argument("--reviews", type=int, default=20_000, help="raw reviews per simulated user")
-    ap.add_argument("--seed", type=int, default=100)
+    add_user_set_args(ap, users=3, reviews=20_000)
     ap.add_argument("--short", action="store_true", help="same-day reviews in the histories (e.g. GRU-P-short)")
     ap.add_argument("--no-upstream", action="store_true", help="time our trainer only")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        root = a.data
-        if root is None:
-            root = Path(tmp)
-            write_users(root, a.reviews, a.users, seed=a.seed)
-        users = list_user_ids(root)[:a.users]
-        print(f"data: {root if a.data else f'{a.users} simulated users x {a.reviews:,} reviews (seed {a.seed})'}; "
-              f"CPU, one thread")
+        root, users, what = open_user_set(a, tmp)
+        print(f"data: {what}; CPU, one thread")
         print("| model | trainer | reviews | wall s | CPU s | CPU s per 100k reviews | mean LogLoss | speed-up (CPU) |")
         print("|---|---|---|---|---|---|---|---|")
         for name in [m.strip() for m in a.models.split(",") if m.strip()]:

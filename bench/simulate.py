@@ -247,6 +247,26 @@ def write_users(out: Path, n_reviews: int, n_users: int, seed: int = 0, first_id
     return paths
 
 
+def add_user_set_args(ap: argparse.ArgumentParser, users: int, reviews: int) -> None:
+    """The benchmark scripts' shared choice of users: a data set's first N users, or N simulated ones."""
+    ap.add_argument("--data", type=Path, default=None, help="dataset root (default: simulated users)")
+    ap.add_argument("--users", type=int, default=users, help="simulated users (or the first N users of --data)")
+    ap.add_argument("--reviews", type=int, default=reviews, help="raw reviews per simulated user")
+    ap.add_argument("--seed", type=int, default=100)
+
+
+def open_user_set(a: argparse.Namespace, tmp: Path) -> tuple[Path, list[int], str]:
+    """(root, user ids, description) for add_user_set_args's options; simulated users are written under tmp."""
+    from data_loader import list_user_ids
+
+    root = a.data
+    if root is None:
+        root = Path(tmp)
+        write_users(root, a.reviews, a.users, seed=a.seed)
+    what = str(root) if a.data else f"{a.users} simulated users x {a.reviews:,} reviews (seed {a.seed})"
+    return root, list_user_ids(root)[:a.users], what
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description="Write simulated users in the anki-revlogs-10k layout.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
