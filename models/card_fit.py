@@ -1,5 +1,6 @@
 """The compiled fine-tune loop shared by the neural networks whose loss and gradient are compiled (GRU, GRU-P:
-models/gru_kernels.py): neural_seq.fit_cards's recipe in one numba call, so no Python runs per optimizer step.
+models/gru_kernels.py; NN-17: models/nn17_kernels.py): neural_seq.fit_cards's recipe in one numba call, so no Python
+runs per optimizer step.
 
 A network supplies `card_loss(model, layout, cards, theta, want, grad, p_out) -> Σ weight·BCE`, an @njit function
 over the targets of the given cards: it writes each target's P(recall) to p_out[target] and, with `want`, ADDS the

@@ -40,23 +40,13 @@ from torch import nn
 
 import training
 from models.base import InadequateData, ReviewData
-from models.kernel_math import bce
+from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
 
 WINDOWS = (1.0, 7.0, 30.0, math.inf)
 MCM_TAU = (0.2434, 1.9739, 16.0090, 129.8426)
 ACTR_MIN_DELTA = 0.1  # upstream's clamp value; entries equal to it (after the clamp) are dropped
 N_STATE = 8
-
-
-# ------------------------------------------------------------------------------------------ shared numba helpers
-
-@njit(cache=True, inline="always")
-def sigmoid(z):
-    if z >= 0.0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
 
 
 # ------------------------------------------------------------------------------------------ DASH / DASH[MCM]

@@ -8,6 +8,7 @@ from numba import njit
 
 BCE_LOG_FLOOR = -100.0  # torch's binary_cross_entropy clamps its logs here
 BCE_GRAD_EPS = 1e-12  # ... and the denominator p(1-p) of its gradient here
+SOFTPLUS_THRESHOLD = 20.0  # torch's nn.Softplus default: above it, softplus(x) = x
 
 
 @njit(cache=True, inline="always")
@@ -38,3 +39,38 @@ def adam_step(w, grad, m, v, step, lr, b1, b2, eps, weight_decay):
         m[j] = b1 * m[j] + (1.0 - b1) * grad[j]
         v[j] = b2 * v[j] + (1.0 - b2) * grad[j] * grad[j]
         w[j] -= lr * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)
+
+
+@njit(cache=True, inline="always")
+def sigmoid(z):
+    """1 / (1 + e^−z) without overflow for either sign."""
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, inline="always")
+def softplus(x):
+    """torch's softplus (beta 1, threshold 20): ln(1 + e^x), or x itself above the threshold."""
+    return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
+
+
+@njit(cache=True, inline="always")
+def softplus_grad(x):
+    """d softplus / dx as torch computes it: 1 above the threshold, else the sigmoid."""
+    return 1.0 if x > SOFTPLUS_THRESHOLD else sigmoid(x)
+
+
+@njit(cache=True, inline="always")
+def mish(x):
+    """torch's Mish, x·tanh(ln(1 + e^x)) (tanh of the softplus is 1 in float64 long before the threshold)."""
+    return x * math.tanh(softplus(x))
+
+
+@njit(cache=True, inline="always")
+def mish_and_grad(x):
+    """(Mish(x), d Mish / dx) with d Mish / dx = tanh(sp) + x·σ(x)·(1 − tanh(sp)²), sp = softplus(x) (torch's
+    mish_backward), sharing one tanh(softplus(x))."""
+    tsp = math.tanh(softplus(x))
+    return x * tsp, tsp + x * sigmoid(x) * (1.0 - tsp * tsp)

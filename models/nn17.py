@@ -16,12 +16,21 @@ Fine-tune: Adam(lr 4e-2) (upstream BaseModel: no weight decay), 5 epochs, batch 
 Upstream runs the batch from an all-ones state and takes the first-review branch when the WHOLE state equals ones,
 which is step 0 of every sequence; here step 0 of a card is its first review.
 
-One pass per card: the recurrence is stepped in torch over all cards of a batch at once (time-major); a target
-reads the state after its history. Module names follow upstream's so its state dicts load unchanged.
-Card grouping "sorted" (neural_seq.fit_cards): stepped in torch, every time step costs ~20 operations whatever the
-number of cards, so a group costs as many steps as its longest card; "shuffled" groups all reach ~64 steps and took
-twice the CPU time. Measured Log Loss, "sorted" vs "shuffled": embedded users 0.1419 vs 0.1435 (held out), two
-simulated users 0.3042 vs 0.2970 (upstream's per-target trainer: 0.3003).
+Compiled (models/nn17_kernels.py: the recurrence and its reverse pass in numba, one forward and one reverse pass
+per card): fit_cards runs the whole fine-tune in one call (models/card_fit.py, float64) and predict_cards one pass
+per group of cards. The torch methods (`step`, `run`, `forward_batch`, `target_p`) stay as the reference path for
+the tests and `--trainer upstream`. Module names follow upstream's so its state dicts load unchanged.
+
+Card grouping "shuffled" (neural_seq.fit_cards), as for the GRU family. NN-17 used to group "sorted" because,
+stepped in torch at ~20 operations per time step whatever the number of cards, a group cost as many steps as its
+longest card; compiled, a group costs its reviews, and "sorted" would also leave the compiled loop (torch's Adam per
+group: 2× the CPU time). Held-out Log Loss, shuffled / sorted / upstream's per-target trainer:
+  embedded users 1–3 (other.py, weighted by reviews)          0.1435 / 0.1419 / 0.1430
+  upstream-check users 8, 12 (bench/bench_neural.py, mean)    0.1450 / 0.1437 / 0.1449
+  3 simulated users, seed 100 (bench/bench_neural.py, mean)   0.3259 / 0.3309 / 0.3286
+  3 simulated users, seed 200                                 0.3384 / 0.3437 / 0.3413
+Neither wins everywhere (sorted by ~0.0015 on the real users, shuffled by ~0.005 on the simulated ones); both stay
+within 0.003 of upstream's trainer, shuffled within 0.0005 on the real users.
 """
 
 from __future__ import annotations
@@ -31,12 +40,12 @@ import torch
 from torch import Tensor, nn
 
 import training
-from models.neural_seq import CardBatch, CardSeqNet, NeuralModel, card_first_mask
+from models.neural_seq import CardBatch, CompiledCardNet, NeuralModel, card_first_mask
+from models.nn17_kernels import LOG_09, N_PARAMS, S_MAX, S_MIN, nn17_cards_loss
 
-S_MIN = 0.01
-S_MAX = 36500.0
 INIT_S_MAX = 100.0
-LOG_09 = -0.10536051565782628  # ln 0.9
+SINC_W_LOWER = (-5.0, 0.0, -5.0)
+SINC_W_UPPER = (5.0, 1.0, 5.0)
 
 
 class ExpActivation(nn.Module):
@@ -48,10 +57,13 @@ def _mlp(n_in: int, out_act: nn.Module, *extra: nn.Module) -> nn.Sequential:
     return nn.Sequential(nn.Linear(n_in, 1), nn.Mish(), nn.Linear(1, 1), out_act, *extra)
 
 
-class NN17Net(CardSeqNet):
+class NN17Net(CompiledCardNet):
+    """Fine-tuned and predicted compiled (models/nn17_kernels.py); the torch methods below are the reference path
+    (tests, `--trainer upstream`)."""
+
     lr = 4e-2
     optimizer = "adam"
-    grouping = "sorted"  # stepped in torch: every time step costs ~20 ops whatever the width (see NN17 docstring)
+    card_loss = nn17_cards_loss
 
     init_s = [1, 2.5, 4.5, 10]
     init_d = [1, 0.72, 0.07, 0.05]
@@ -129,9 +141,20 @@ class NN17Net(CardSeqNet):
         with torch.no_grad():
             self.S0.clamp_(S_MIN, INIT_S_MAX)
             self.D0.clamp_(0, 1)
-            lo = torch.tensor([-5.0, 0.0, -5.0], dtype=self.sinc_w.dtype)
-            hi = torch.tensor([5.0, 1.0, 5.0], dtype=self.sinc_w.dtype)
+            lo = torch.tensor(SINC_W_LOWER, dtype=self.sinc_w.dtype)
+            hi = torch.tensor(SINC_W_UPPER, dtype=self.sinc_w.dtype)
             self.sinc_w.copy_(torch.maximum(torch.minimum(self.sinc_w, hi), lo))
+
+    # --- compiled -------------------------------------------------------------------------------------------
+    def model_consts(self) -> tuple:
+        return ()
+
+    def param_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """clip_params_'s box on the flat parameters (S0, D0, sinc_w first; the MLP weights are free)."""
+        lower, upper = np.full(N_PARAMS, -np.inf), np.full(N_PARAMS, np.inf)
+        lower[:11] = [S_MIN] * 4 + [0.0] * 4 + list(SINC_W_LOWER)
+        upper[:11] = [INIT_S_MAX] * 4 + [1.0] * 4 + list(SINC_W_UPPER)
+        return lower, upper
 
 
 class NN17(NeuralModel):

@@ -1,0 +1,228 @@
+"""NN-17's recurrence (models/nn17.py, spec models.md §2.5) and its reverse pass in numba, over card sequences read
+in place: `nn17_cards_loss` is models/card_fit.py's card_loss for NN-17.
+
+Why compiled: a step is ~20 tiny torch operations on vectors of one number per card, so torch's per-operation cost
+(and autograd's nodes) decided NN-17's speed whatever the number of cards, and a group of cards cost as many steps as
+its longest card. Here one forward pass per card stores what the reverse pass needs (`rec`), every target's
+prediction is read off the state after its history, and one reverse pass per card accumulates the gradient.
+
+Every operation follows torch's forward and backward: nn.Softplus's threshold 20, Mish = x·tanh(softplus(x)),
+clamp passing the gradient where min ≤ x ≤ max (inclusive, zero outside), torch.where sending the gradient only to
+the branch it took (so an Again step skips the S_r·best branch altogether, and a success step the PLS one).
+Tested equal to the torch path (NN17Net.forward_batch under autograd) in tests/test_nn17_compiled.py.
+
+Parameters are flat in NN17Net.parameters() order: S0[4], D0[4], sinc_w[3], then the five MLPs
+Linear(n→1) → Mish → Linear(1→1), each stored as (w1[n], b1, w2, b2): rw (n = 3), next_d (3), pls (2), sinc (3),
+best_sinc (2) — 39 numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from models.kernel_math import bce, mish, mish_and_grad, sigmoid, softplus, softplus_grad
+
+S_MIN = 0.01  # s_min in day mode
+S_MAX = 36500.0
+R_MIN = 0.0001  # ExpActivation's and R_t's clamp
+R_MAX = 0.9999
+LOG_09 = math.log(0.9)
+
+# offsets into the flat parameter vector
+S0, D0, SINC_W = 0, 4, 8
+RW, NEXT_D, PLS, SINC, BEST_SINC = 11, 17, 23, 28, 34
+N_PARAMS = 39
+
+# columns of a step's record (what the reverse pass reads): pre-Mish `A_*` and pre-activation `Z_*` values of the
+# MLPs, and the unclamped values whose clamps decide where the gradient passes
+R_T, A_RW, Z_RW, E_RW, SR_RAW, A_ND, A_PLS, Z_PLS, A_SINC, Z_SINC, SINC_T, SINC_NN, A_BEST, Z_BEST, NS_RAW = range(15)
+N_REC = 15
+
+
+@njit(cache=True, inline="always")
+def clamp(x, lo, hi):
+    return min(max(x, lo), hi)
+
+
+@njit(cache=True, inline="always")
+def inside(x, lo, hi):
+    """Where torch's clamp passes the gradient."""
+    return lo <= x <= hi
+
+
+@njit(cache=True, inline="always")
+def mlp(th, o, n_in, x0, x1, x2):
+    """Linear(n_in→1) → Mish → Linear(1→1) with weights th[o:o + n_in + 3] (x2 unused when n_in = 2):
+    (the pre-Mish value a, the output z)."""
+    a = th[o + n_in] + th[o] * x0 + th[o + 1] * x1
+    if n_in == 3:
+        a += th[o + 2] * x2
+    return a, th[o + n_in + 2] + th[o + n_in + 1] * mish(a)
+
+
+@njit(cache=True, inline="always")
+def mlp_back(th, gr, o, n_in, x0, x1, x2, a, gz):
+    """Reverse of `mlp` given dL/dz: adds dL/dθ into gr, returns dL/d(x0, x1, x2)."""
+    m, dm = mish_and_grad(a)
+    gr[o + n_in + 2] += gz
+    gr[o + n_in + 1] += gz * m
+    ga = gz * th[o + n_in + 1] * dm
+    gr[o + n_in] += ga
+    gr[o] += ga * x0
+    gr[o + 1] += ga * x1
+    if n_in == 3:
+        gr[o + 2] += ga * x2
+        return ga * th[o], ga * th[o + 1], ga * th[o + 2]
+    return ga * th[o], ga * th[o + 1], 0.0
+
+
+@njit(cache=True, inline="always")
+def sinc_t_factors(th, nd, sr, rw):
+    """sinc_t = 1 + A·B·C·E with A = e^{w0}, B = 5(1 − D') + 1, C = S_r^{−w1}, E = e^{−r_w·w2}."""
+    return math.exp(th[SINC_W]), 5.0 * (1.0 - nd) + 1.0, sr ** (-th[SINC_W + 1]), math.exp(-rw * th[SINC_W + 2])
+
+
+@njit(cache=True, inline="always")
+def first_index(g):
+    """S0/D0 index of a first rating, as torch's (g.long() − 1).clamp(0, 3)."""
+    return min(max(int(g) - 1, 0), 3)
+
+
+@njit(cache=True)
+def step(th, s, d, t, g, lapses, rec, k):
+    """NN17Net.step for one card: the state (S', D') after a review (t, G, lapses) from (s, d); fills rec[k]."""
+    rt_raw = 0.9 ** (t / s)
+    rec[k, R_T] = rt_raw
+    a, z = mlp(th, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX))
+    rec[k, A_RW], rec[k, Z_RW] = a, z
+    e = math.exp(-softplus(z))
+    rec[k, E_RW] = e
+    rw = clamp(e, R_MIN, R_MAX)  # ExpActivation's clamp, then step's own (the same box)
+    sr_raw = LOG_09 / math.log(rw) * t
+    rec[k, SR_RAW] = sr_raw
+    sr = clamp(sr_raw, S_MIN, S_MAX)
+    a, z = mlp(th, NEXT_D, 3, d, rw, g)
+    rec[k, A_ND] = a
+    nd = sigmoid(z)
+    if g > 1:
+        fa, fb, fc, fe = sinc_t_factors(th, nd, sr, rw)
+        sinc_t = 1.0 + fa * fb * fc * fe
+        a, z = mlp(th, SINC, 3, nd, sr, rw)
+        rec[k, A_SINC], rec[k, Z_SINC] = a, z
+        sinc_nn = 1.0 + softplus(z)
+        rec[k, SINC_T], rec[k, SINC_NN] = sinc_t, sinc_nn
+        a, z = mlp(th, BEST_SINC, 2, sinc_t, sinc_nn, 0.0)
+        rec[k, A_BEST], rec[k, Z_BEST] = a, z
+        ns_raw = sr * (1.0 + softplus(z))
+    else:
+        a, z = mlp(th, PLS, 2, rw, lapses, 0.0)
+        rec[k, A_PLS], rec[k, Z_PLS] = a, z
+        ns_raw = clamp(softplus(z), S_MIN, S_MAX)
+    rec[k, NS_RAW] = ns_raw
+    return clamp(ns_raw, S_MIN, S_MAX), nd
+
+
+@njit(cache=True)
+def step_back(th, gr, s, d, t, g, lapses, nd, rec, k, g_ns, g_nd):
+    """Reverse of `step` (nd = its D'): given dL/d(S', D'), adds dL/dθ into gr, returns dL/d(s, d)."""
+    g_ns = g_ns if inside(rec[k, NS_RAW], S_MIN, S_MAX) else 0.0
+    rw = clamp(rec[k, E_RW], R_MIN, R_MAX)
+    sr = clamp(rec[k, SR_RAW], S_MIN, S_MAX)
+    g_rw = 0.0
+    g_sr = 0.0
+    if g > 1:  # S' = S_r·best, best = 1 + softplus(best_sinc(sinc_t, sinc_nn))
+        z = rec[k, Z_BEST]
+        g_sr += g_ns * (1.0 + softplus(z))
+        g_st, g_snn, _ = mlp_back(th, gr, BEST_SINC, 2, rec[k, SINC_T], rec[k, SINC_NN], 0.0, rec[k, A_BEST],
+                                  g_ns * sr * softplus_grad(z))
+        dnd, dsr, drw = mlp_back(th, gr, SINC, 3, nd, sr, rw, rec[k, A_SINC], g_snn * softplus_grad(rec[k, Z_SINC]))
+        g_nd += dnd
+        g_sr += dsr
+        g_rw += drw
+        fa, fb, fc, fe = sinc_t_factors(th, nd, sr, rw)
+        prod = fa * fb * fc * fe
+        gr[SINC_W] += g_st * prod
+        gr[SINC_W + 1] -= g_st * prod * math.log(sr)
+        gr[SINC_W + 2] -= g_st * prod * rw
+        g_nd -= g_st * 5.0 * fa * fc * fe
+        g_sr -= g_st * prod * th[SINC_W + 1] / sr
+        g_rw -= g_st * prod * th[SINC_W + 2]
+    else:  # S' = PLS = clamp(softplus(pls(r_w, lapses)))
+        z = rec[k, Z_PLS]
+        g_pls = g_ns if inside(softplus(z), S_MIN, S_MAX) else 0.0
+        drw, _, _ = mlp_back(th, gr, PLS, 2, rw, lapses, 0.0, rec[k, A_PLS], g_pls * softplus_grad(z))
+        g_rw += drw
+    # D' = σ(next_d(d, r_w, G))
+    g_d, drw, _ = mlp_back(th, gr, NEXT_D, 3, d, rw, g, rec[k, A_ND], g_nd * nd * (1.0 - nd))
+    g_rw += drw
+    # S_r = ln 0.9 / ln r_w · t, clamped
+    if inside(rec[k, SR_RAW], S_MIN, S_MAX):
+        lr = math.log(rw)
+        g_rw -= g_sr * LOG_09 * t / (lr * lr * rw)
+    # r_w = clamp(exp(−softplus(rw(d, s, R_t)))), R_t = clamp(0.9^{t/s})
+    e = rec[k, E_RW]
+    g_e = g_rw if inside(e, R_MIN, R_MAX) else 0.0
+    rt_raw = rec[k, R_T]
+    dd, g_s, drt = mlp_back(th, gr, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX), rec[k, A_RW],
+                            -g_e * e * softplus_grad(rec[k, Z_RW]))
+    g_d += dd
+    if inside(rt_raw, R_MIN, R_MAX):
+        g_s -= drt * rt_raw * LOG_09 * t / (s * s)
+    return g_s, g_d
+
+
+@njit(cache=True)
+def nn17_cards_loss(model, layout, cards, theta, want, grad, p_out):
+    """models/card_fit.py's card_loss for NN-17 (model: unused, ()): Σ weight·BCE over every target of `cards`,
+    each target's P(recall) = rw(D, S, 0.9^{t/S}) (R unclamped) from the state after its history written to
+    p_out[its index]; with `want`, the gradient is ADDED into grad, from one forward and one reverse pass per card."""
+    feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w = layout
+    n_max = 1
+    for c in cards:
+        n_max = max(n_max, c_steps[c])
+    S = np.empty(n_max)
+    D = np.empty(n_max)
+    gS = np.empty(n_max)
+    gD = np.empty(n_max)
+    rec = np.empty((n_max, N_REC))
+    loss = 0.0
+    for c in cards:
+        x0 = c_start[c]
+        n = c_steps[c]
+        i0 = first_index(feats[x0, 1])
+        s0 = theta[S0 + i0]
+        S[0] = clamp(s0, S_MIN, S_MAX)
+        D[0] = theta[D0 + i0]
+        for k in range(1, n):
+            S[k], D[k] = step(theta, S[k - 1], D[k - 1], feats[x0 + k, 0], feats[x0 + k, 1], feats[x0 + k, 2], rec, k)
+        gS[:n] = 0.0
+        gD[:n] = 0.0
+        for j in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
+            k = t_pos[j] - 1  # the state after the target's history
+            s, d, t = S[k], D[k], t_dt[j]
+            r = 0.9 ** (t / s)
+            a, z = mlp(theta, RW, 3, d, s, r)
+            e = math.exp(-softplus(z))
+            p = clamp(e, R_MIN, R_MAX)
+            p_out[j] = p
+            lo, gp = bce(p, t_y[j], t_w[j])
+            loss += lo
+            if want:
+                g_e = gp if inside(e, R_MIN, R_MAX) else 0.0
+                dd, ds, dr = mlp_back(theta, grad, RW, 3, d, s, r, a, -g_e * e * softplus_grad(z))
+                gS[k] += ds - dr * r * LOG_09 * t / (s * s)
+                gD[k] += dd
+        if want:
+            for k in range(n - 1, 0, -1):
+                x = x0 + k
+                gs, gd = step_back(theta, grad, S[k - 1], D[k - 1], feats[x, 0], feats[x, 1], feats[x, 2], D[k],
+                                   rec, k, gS[k], gD[k])
+                gS[k - 1] += gs
+                gD[k - 1] += gd
+            if inside(s0, S_MIN, S_MAX):
+                grad[S0 + i0] += gS[0]
+            grad[D0 + i0] += gD[0]
+    return loss
