@@ -12,9 +12,12 @@ c_tfirst[c] + c_count[c] − 1 of the t_* arrays (history length, elapsed time, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 
+from models.gru_kernels import gru_cards_loss as card_loss  # CARD-LOSS-IMPORT (rebound per network: loop_for)
 from models.kernel_math import adam_step, cosine_lr
 
 ADAM_BETAS = (0.9, 0.999)
@@ -40,7 +43,7 @@ def group_bounds(counts, batch_size):
 
 
 @njit(cache=True)
-def fit_card_groups(card_loss, model, layout, orders, batch_size, theta, lower, upper, lr, weight_decay, t_max):
+def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, lr, weight_decay, t_max):
     """Epoch e visits the cards in orders[e] in groups of ≈ batch_size targets; after each group, one Adam step
     (torch's update, betas 0.9/0.999, eps 1e-8; AdamW when weight_decay > 0) at the cosine learning rate of step s,
     lr·(1 + cos(π·s/t_max))/2, then theta is clipped to [lower, upper]. theta (flat, float64) is updated in place;
@@ -63,3 +66,16 @@ def fit_card_groups(card_loss, model, layout, orders, batch_size, theta, lower, 
             adam_step(theta, grad, m, v, step, lr_t, ADAM_BETAS[0], ADAM_BETAS[1], ADAM_EPS, weight_decay)
             for j in range(n_w):
                 theta[j] = min(max(theta[j], lower[j]), upper[j])
+
+
+def loop_for(card_loss_fn):
+    """fit_card_groups bound to one network's card_loss (an @njit function): this module copied with its
+    CARD-LOSS-IMPORT line importing that function (seq_engine.bound_copy says why a copy), compiled once, cached."""
+    from models.seq_engine import bound_copy
+
+    fn = card_loss_fn.py_func
+    source = Path(__file__).read_text(encoding="utf-8")
+    line = next(x for x in source.splitlines() if x.endswith("# CARD-LOSS-IMPORT (rebound per network: loop_for)"))
+    copy = bound_copy(source, line, f"from {fn.__module__} import {fn.__name__} as card_loss",
+                      f"card_fit_{fn.__module__.replace('.', '_')}_{fn.__name__}")
+    return copy.fit_card_groups

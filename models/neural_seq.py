@@ -65,7 +65,7 @@ from torch import Tensor, nn
 
 import training
 from models.base import InadequateData, Model, ReviewData
-from models.card_fit import fit_card_groups, group_bounds
+from models.card_fit import group_bounds, loop_for
 
 TORCH_SEED = 42
 SHUFFLE_SEED = 2023
@@ -246,7 +246,7 @@ class CompiledCardNet(CardSeqNet):
         """fit_cards's loop in one compiled call, then the weights back into the torch parameters."""
         theta = self.theta()
         lower, upper = self.param_bounds()
-        fit_card_groups(type(self).card_loss, self.model_consts(), cards.layout(),
+        loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
                         np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, lower, upper, float(lr),
                         float(self.wd) if self.optimizer == "adamw" else 0.0, int(t_max))
         self.set_theta(theta)

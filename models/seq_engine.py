@@ -57,25 +57,17 @@ def _engine_dir() -> Path:
     raise RuntimeError("no writable directory for compiled engine kernels (set SRS_BENCH_ENGINE_DIR)")
 
 
-def instantiate(model_module: str):
-    """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py)."""
-    if model_module in _INSTANCES:
-        return _INSTANCES[model_module]
-    model = importlib.import_module(model_module)
-    source = _TEMPLATE.read_text(encoding="utf-8")
-    if _STUB_IMPORT not in source:
-        raise RuntimeError(f"{_TEMPLATE}: model import line not found")
-    names = ["N_STATE"]
-    custom = hasattr(model, "card_loss_grad")
-    if custom:
-        begin, end = source.index(_GENERIC_BEGIN), source.index(_GENERIC_END)
-        source = source[:begin] + source[end:]
-        names += ["card_loss_grad", "card_predict"]
-    else:
-        names += ["init", "step", "curve", "init_vjp", "step_vjp", "curve_vjp"]
-    source = source.replace(_STUB_IMPORT, f"from {model_module} import {', '.join(names)}")
-    digest = hashlib.sha1(source.encode()).hexdigest()[:10]
-    stem = f"engine_{model_module.replace('.', '_')}_{digest}"
+def bound_copy(source: str, placeholder: str, binding: str, name: str):
+    """Import a copy of a numba module's `source` with its line `placeholder` replaced by `binding` (the import of
+    one model's functions). Why a copy: numba caches compiled code per source file, and a function passed as an
+    argument is never found in that cache (it recompiled in every process), so each model gets its own file
+    (.cache/…/engines), written once per content and compiled once."""
+    if placeholder not in source:
+        raise RuntimeError(f"{name}: template line {placeholder!r} not found")
+    source = source.replace(placeholder, binding)
+    stem = f"{name}_{hashlib.sha1(source.encode()).hexdigest()[:10]}"
+    if stem in sys.modules:
+        return sys.modules[stem]
     path = _engine_dir() / f"{stem}.py"
     if not path.exists() or path.read_text(encoding="utf-8") != source:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -85,6 +77,24 @@ def instantiate(model_module: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[stem] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def instantiate(model_module: str):
+    """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py)."""
+    if model_module in _INSTANCES:
+        return _INSTANCES[model_module]
+    model = importlib.import_module(model_module)
+    source = _TEMPLATE.read_text(encoding="utf-8")
+    names = ["N_STATE"]
+    if hasattr(model, "card_loss_grad"):
+        begin, end = source.index(_GENERIC_BEGIN), source.index(_GENERIC_END)
+        source = source[:begin] + source[end:]
+        names += ["card_loss_grad", "card_predict"]
+    else:
+        names += ["init", "step", "curve", "init_vjp", "step_vjp", "curve_vjp"]
+    module = bound_copy(source, _STUB_IMPORT, f"from {model_module} import {', '.join(names)}",
+                        f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module
     return module
 
