@@ -30,7 +30,7 @@ from torch import nn
 
 import training
 from models.dash import round4, with_max_seq_len
-from models.kernel_math import bce
+from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
 
 SECONDS_PER_DAY = 86400.0
@@ -93,11 +93,7 @@ def card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, ou
         k = t_pos[j]
         m, ma, mc, mh = activation(w, st, k, st[k - 1, 0] + t_dt[j])
         q = (tau - m) / s
-        if q > 0.0:
-            e = math.exp(-q)
-            p = e / (1.0 + e)
-        else:
-            p = 1.0 / (1.0 + math.exp(q))
+        p = sigmoid(-q)
         if with_grad:
             lo, gp = bce(p, t_y[j], t_wt[j])
             loss += lo

@@ -28,12 +28,11 @@ and ivl + days_late have NO gradient with respect to ivl (autograd sees ivl − 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from numba import njit
 from torch import nn
 
+from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
 from models.seq_model import SeqModel
 
 N_STATE = 2
@@ -42,7 +41,6 @@ S_MAX = 36500.0
 EASE_MIN = 1.3
 EASE_MAX = 5.5
 SLOPE = 0.01  # torch.nn.functional.leaky_relu's default negative slope
-LN09 = math.log(0.9)
 
 
 # ---------------------------------------------------------------------------------------- numba kernels
@@ -192,17 +190,6 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
             gw[3] += gr * base * ease
 
 
-@njit(cache=True)
-def curve(w, state, t):
-    return 0.9 ** (t / state[0])
-
-
-@njit(cache=True)
-def curve_vjp(w, state, t, gp, gstate, gw):
-    s = state[0]
-    gstate[0] += gp * (0.9 ** (t / s)) * LN09 * (-t / (s * s))
-
-
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def _torch_tail(new_ivl, new_ease):
@@ -229,10 +216,6 @@ def torch_step(w, state, t, g):
     new_ivl = torch.where(g == 1, ivl * w[5], torch.where(days_late < 0, early, late) * w[6])
     new_ease = torch.where(g == 1, ease - 0.2, torch.where(g == 2, ease - 0.15, torch.where(g == 4, ease + 0.15, ease)))
     return _torch_tail(new_ivl, new_ease)
-
-
-def torch_curve(w, state, t):
-    return 0.9 ** (t / state[0])
 
 
 # ---------------------------------------------------------------------------------------- the model

@@ -50,7 +50,8 @@ from numba import njit
 
 from models import fsrs6_params as params
 from models.base import ReviewData
-from models.kernel_math import adam_step, cosine_lr
+from models.fsrs_v4 import hard_easy
+from models.kernel_math import adam_step, card_batch_bounds, cosine_lr, l2_prior
 from models.seq_engine import Cards as _Cards  # targets grouped by card: the layout of every one-pass kernel
 from training import recency_weights  # noqa: F401 (upstream's --recency weights; re-exported)
 
@@ -69,16 +70,6 @@ LN09 = math.log(0.9)
 
 
 # ---------------------------------------------------------------------------------------------- kernels (float64)
-
-@njit(cache=True, inline="always")
-def _hard_easy(w, g):
-    """Success-growth factor of the grade: the Hard penalty w15, the Easy bonus w16, else 1."""
-    if g == 2:
-        return w[15]
-    if g == 4:
-        return w[16]
-    return 1.0
-
 
 @njit(cache=True)
 def _consts(w):
@@ -124,7 +115,7 @@ def _forward_card(w, cst, seq_dt, seq_g, start, n, S_out, D_out, X1, X2, X3, cla
             r = math.exp(-d * math.log1p(F * t / s))
             X1[k] = r
             if g > 1:
-                hb = _hard_easy(w, g)
+                hb = hard_easy(w, g)
                 pw = s ** (-w[9])
                 e10 = math.exp(w[10] * (1.0 - r))
                 X2[k] = pw
@@ -221,7 +212,7 @@ def _card_loss_grad(w, cst, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb,
                 dr_ds = r * d * x / ((1.0 + x) * s)
                 dr_dd = r * (-math.log1p(x) - d / (1.0 + x) * t / s * dF)
                 if g > 1:
-                    hb = _hard_easy(w, g)
+                    hb = hard_easy(w, g)
                     pw = X2[k]
                     e10 = X3[k]
                     core = e8 * (11.0 - dd) * pw * (e10 - 1.0)  # inc / hb
@@ -335,14 +326,6 @@ def _predict_kernel(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, out
 
 
 @njit(cache=True)
-def _penalty(w, w_init, inv_var):
-    p = 0.0
-    for j in range(len(w)):
-        p += (w[j] - w_init[j]) ** 2 * inv_var[j]
-    return p
-
-
-@njit(cache=True)
 def _adam_fit(w0, w_init, inv_var, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt,
               orders, batch_size, lr, clamp_grade, check_every_epoch):
     """Adam + per-step cosine schedule over mini-batches of whole cards; best full-objective checkpoint among the
@@ -352,16 +335,10 @@ def _adam_fit(w0, w_init, inv_var, lower, upper, seq_dt, seq_g, c_start, c_n, c_
     n_targets = c_te[n_cards - 1] - c_tb[0] if n_cards > 0 else 0
     buf = _scratch(c_n)
     grad = np.zeros(len(w0))
-    # batch boundaries are fixed per epoch order: cut when the batch holds >= batch_size targets
-    bounds = np.empty(n_cards + 1, dtype=np.int64)
+    sizes = c_te - c_tb
     n_batches_total = 0
     for e in range(n_epoch):
-        acc = 0
-        for pos in range(n_cards):
-            acc += c_te[orders[e, pos]] - c_tb[orders[e, pos]]
-            if acc >= batch_size or pos == n_cards - 1:
-                n_batches_total += 1
-                acc = 0
+        n_batches_total += len(card_batch_bounds(sizes[orders[e]], batch_size)) - 1
     w = w0.copy()
     m = np.zeros(len(w0))
     v = np.zeros(len(w0))
@@ -370,20 +347,12 @@ def _adam_fit(w0, w_init, inv_var, lower, upper, seq_dt, seq_g, c_start, c_n, c_
     eps = 1e-8
     best_w = w.copy()
     best = _loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, buf,
-                       clamp_grade) + _penalty(w, w_init, inv_var)
+                       clamp_grade) + l2_prior(w, w_init, inv_var)
     step = 0
     for e in range(n_epoch):
         order = orders[e]
-        nb = 0
-        bounds[0] = 0
-        acc = 0
-        for pos in range(n_cards):
-            acc += c_te[order[pos]] - c_tb[order[pos]]
-            if acc >= batch_size or pos == n_cards - 1:
-                nb += 1
-                bounds[nb] = pos + 1
-                acc = 0
-        for b in range(nb):
+        bounds = card_batch_bounds(sizes[order], batch_size)
+        for b in range(len(bounds) - 1):
             for j in range(len(w)):
                 grad[j] = 0.0
             nt = 0
@@ -403,7 +372,7 @@ def _adam_fit(w0, w_init, inv_var, lower, upper, seq_dt, seq_g, c_start, c_n, c_
                 w[j] = min(max(w[j], lower[j]), upper[j])
         if check_every_epoch or e == n_epoch - 1:
             cur = _loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, buf,
-                              clamp_grade) + _penalty(w, w_init, inv_var)
+                              clamp_grade) + l2_prior(w, w_init, inv_var)
             if cur < best:
                 best = cur
                 best_w[:] = w

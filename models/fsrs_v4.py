@@ -35,7 +35,8 @@ DECAY_V4 = 1.0
 # ---------------------------------------------------------------------------------------- shared core (numba)
 
 @njit(cache=True, inline="always")
-def _hb(w, g):
+def hard_easy(w, g):
+    """Success-growth factor of the grade: the Hard penalty w15, the Easy bonus w16, else 1 (FSRS v4 to 6)."""
     if g == 2:
         return w[15]
     if g == 4:
@@ -74,7 +75,7 @@ def core_curve_ds(r, s, t, factor, decay):
 @njit(cache=True, inline="always")
 def recall_stability(w, s, d, r, g):
     """S after a successful long-term review, FSRS v4 to 6 alike: S·(1 + e^{w8}(11−D)S^{−w9}(e^{w10(1−R)}−1)·h·b)."""
-    return s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0) * _hb(w, g))
+    return s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0) * hard_easy(w, g))
 
 
 @njit(cache=True, inline="always")
@@ -82,7 +83,7 @@ def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min):
     """Adjoint of `recall_stability` clamped to [s_min, S_MAX]: adds gs·∂S'/∂(S, D) (S also through R, via dr_ds)
     into gprev and gs·∂S'/∂(w8, w9, w10, w15, w16) into gw; returns ∂S'/∂R (0 where the clamp holds S') for a curve
     whose own parameters move R."""
-    hb = _hb(w, g)
+    hb = hard_easy(w, g)
     e8 = math.exp(w[8])
     pw = s ** (-w[9])
     e10 = math.exp(w[10] * (1.0 - r))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 BCE_LOG_FLOOR = -100.0  # torch's binary_cross_entropy clamps its logs here
@@ -74,3 +75,29 @@ def mish_and_grad(x):
     mish_backward), sharing one tanh(softplus(x))."""
     tsp = math.tanh(softplus(x))
     return x * tsp, tsp + x * sigmoid(x) * (1.0 - tsp * tsp)
+
+
+@njit(cache=True)
+def l2_prior(w, w_init, inv_var):
+    """Σ_j (w_j − w_init_j)² / σ_j²: the trainers' pull towards the initial weights (inv_var = 1/σ², 0 for none)."""
+    p = 0.0
+    for j in range(len(w)):
+        p += (w[j] - w_init[j]) ** 2 * inv_var[j]
+    return p
+
+
+@njit(cache=True)
+def card_batch_bounds(sizes, batch_size):
+    """Cut a sequence of cards (sizes = their target counts, in training order) into batches: a batch closes once
+    it holds >= batch_size targets, the last one with whatever is left. Returns the boundaries (len = batches + 1)."""
+    bounds = np.empty(len(sizes) + 1, dtype=np.int64)
+    bounds[0] = 0
+    nb = 0
+    acc = 0
+    for pos in range(len(sizes)):
+        acc += sizes[pos]
+        if acc >= batch_size or pos == len(sizes) - 1:
+            nb += 1
+            bounds[nb] = pos + 1
+            acc = 0
+    return bounds[:nb + 1]

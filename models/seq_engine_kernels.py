@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.kernel_math import adam_step, bce, cosine_lr
+from models.kernel_math import adam_step, bce, card_batch_bounds, cosine_lr, l2_prior  # noqa: F401
 from models.seq_model_stub import *  # noqa: F401,F403  MODEL-IMPORT (rebound per model by seq_engine.instantiate)
 
 
@@ -101,31 +101,6 @@ def loss_grad_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y
 
 
 @njit(cache=True)
-def _penalty(w, w_init, inv_var):
-    p = 0.0
-    for j in range(len(w)):
-        p += (w[j] - w_init[j]) ** 2 * inv_var[j]
-    return p
-
-
-@njit(cache=True)
-def card_batch_bounds(sizes, batch_size):
-    """Cut a sequence of cards (sizes = their target counts, in training order) into batches: a batch closes once
-    it holds >= batch_size targets, the last one with whatever is left. Returns the boundaries (len = batches + 1)."""
-    bounds = np.empty(len(sizes) + 1, dtype=np.int64)
-    bounds[0] = 0
-    nb = 0
-    acc = 0
-    for pos in range(len(sizes)):
-        acc += sizes[pos]
-        if acc >= batch_size or pos == len(sizes) - 1:
-            nb += 1
-            bounds[nb] = pos + 1
-            acc = 0
-    return bounds[:nb + 1]
-
-
-@njit(cache=True)
 def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
              t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch):
     """Adam with a per-step cosine schedule, penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after
@@ -150,7 +125,7 @@ def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_star
     eps = 1e-8
     best_w = w.copy()
     best = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
-        + _penalty(w, w_init, inv_var)
+        + l2_prior(w, w_init, inv_var)
     step_no = 0
     for e in range(n_epoch):
         for b in range(n_batches[e]):
@@ -173,7 +148,7 @@ def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_star
                 w[j] = min(max(w[j], lower[j]), upper[j])
         if check_every_epoch or e == n_epoch - 1:
             cur = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
-                + _penalty(w, w_init, inv_var)
+                + l2_prior(w, w_init, inv_var)
             if cur < best:
                 best = cur
                 best_w[:] = w

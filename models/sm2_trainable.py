@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from numba import njit
 
+from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
 from models.seq_model import SeqModel
 
 N_STATE = 3
@@ -29,7 +30,6 @@ S_MIN = 0.01
 S_MAX = 36500.0
 EF_MIN = 1.3
 EF_MAX = 10.0
-LN09 = math.log(0.9)
 
 
 # ---------------------------------------------------------------------------------------- numba kernels
@@ -107,17 +107,6 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     _step_vjp(w, prev[0], prev[1], prev[2], g, gnew, gprev, gw)
 
 
-@njit(cache=True)
-def curve(w, state, t):
-    return 0.9 ** (t / state[0])
-
-
-@njit(cache=True)
-def curve_vjp(w, state, t, gp, gstate, gw):
-    s = state[0]
-    gstate[0] += gp * (0.9 ** (t / s)) * LN09 * (-t / (s * s))
-
-
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_step(w, state, t, g):
@@ -133,10 +122,6 @@ def torch_step(w, state, t, g):
 def torch_init(w, g, t):
     zeros = torch.zeros_like(g, dtype=w.dtype)
     return torch_step(w, (zeros, w[2] * torch.ones_like(zeros), zeros), t, g)
-
-
-def torch_curve(w, state, t):
-    return 0.9 ** (t / state[0])
 
 
 # ---------------------------------------------------------------------------------------- the model
