@@ -7,17 +7,15 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from check_users import CHECK, needs_check
 import training
 from config import RunConfig
-from data_loader import load_revlogs
-from features import FeatureConfig, build_features
 from models.anki import Anki
 from models.base import ReviewData
 from models.hlr import HLR, HLRNet, count_features
@@ -25,9 +23,7 @@ from models.seq_model import TorchSeqNet
 from models.sm2_trainable import SM2Trainable
 from runner import read_results, run
 
-CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 MODELS = [HLR, SM2Trainable, Anki]
 
 
@@ -145,16 +141,6 @@ def test_anki_default_equals_plain_python_scheduler_on_a_real_user(user12):
 
 
 # ----------------------------------------------------------------------------------------------- engine vs torch
-
-@pytest.fixture(scope="module")
-def user12() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 12), FeatureConfig())
-
-
-@pytest.fixture(scope="module")
-def user8_short() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig(short=True))
-
 
 def random_w(cls, rng) -> np.ndarray:
     lo, hi = np.array(cls.lower, float), np.array(cls.upper, float)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,18 +13,15 @@ import pytest
 import torch
 
 import models.dash as dash
+from check_users import CHECK, needs_check
 import training
 from config import RunConfig
-from data_loader import load_revlogs
-from features import FeatureConfig, build_features
 from models.act_r import ACTR, ACTRNet
 from models.base import ReviewData
 from models.dash import DASH, DASHACTR, DASHMCM, DASHACTRNet, DASHNet
 from runner import read_results, run
 
-CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 ALL = [DASH, DASHMCM, DASHACTR, ACTR]
 
 
@@ -103,16 +99,6 @@ def test_act_r_forward_by_hand_with_same_day_review():
 
 
 # ----------------------------------------------------------------------------------------------- engine vs torch
-
-@pytest.fixture(scope="module")
-def user8() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig())
-
-
-@pytest.fixture(scope="module")
-def user8_short() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig(short=True))
-
 
 def torch_net(cls, w):
     if cls is DASH or cls is DASHMCM:

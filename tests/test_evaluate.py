@@ -2,7 +2,6 @@
 
 import json
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np

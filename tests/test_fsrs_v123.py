@@ -16,10 +16,9 @@ import pandas as pd
 import pytest
 import torch
 
+from check_users import CHECK, needs_check
 import training
 from config import RunConfig
-from data_loader import load_revlogs
-from features import FeatureConfig, build_features
 from models.base import ReviewData
 from models.fsrs_v1 import FSRSv1
 from models.fsrs_v2 import FSRSv2
@@ -28,9 +27,7 @@ from models.seq_model import TorchSeqNet
 from runner import read_results, run
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK = REPO.parent / "shared" / "data" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 MODELS = [FSRSv3, FSRSv2, FSRSv1]
 
 
@@ -162,13 +159,6 @@ def test_v1_difficulty_floors_at_zero():
 
 
 # ----------------------------------------------------------------------------------------------- engine vs torch
-
-@pytest.fixture(scope="module")
-def user12() -> ReviewData:
-    if not CHECK.exists():
-        pytest.skip("../shared/data/upstream-check not present")
-    return build_features(load_revlogs(CHECK, 12), FeatureConfig(short=False))
-
 
 def random_w(cls, rng) -> np.ndarray:
     lo, hi = np.array(cls.lower, float), np.array(cls.upper, float)

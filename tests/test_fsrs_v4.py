@@ -6,26 +6,22 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from check_users import CHECK, needs_check
 import training
 from config import RunConfig
-from data_loader import load_revlogs
-from features import FeatureConfig, build_features
 from models.base import ReviewData
 from models.fsrs_v4 import FSRSv4
 from models.fsrs_v45 import FSRS45
 from models.seq_model import TorchSeqNet
 from runner import read_results, run
 
-CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 
 
 def one_card(dts, gs, target_t) -> ReviewData:
@@ -67,11 +63,6 @@ def test_v45_forward_by_hand_with_lapse_cap_and_easy_bonus():
 
 
 # ----------------------------------------------------------------------------------------------- engine vs torch
-
-@pytest.fixture(scope="module")
-def user8() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig())
-
 
 def random_w(cls, rng) -> np.ndarray:
     lo, hi = np.array(cls.lower, float), np.array(cls.upper, float)

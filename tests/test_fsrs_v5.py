@@ -7,13 +7,13 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from check_users import CHECK, needs_check
 import training
 from config import RunConfig, build_parser, config_from_args
 from data_loader import load_revlogs
@@ -23,9 +23,7 @@ from models.fsrs_v5 import FSRS5
 from models.seq_model import TorchSeqNet
 from runner import read_results, run
 
-CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 
 # fsrs-optimizer 5.7.3 DEFAULT_PARAMETER (= upstream models/fsrs_v5.py init_w), written out independently
 W5 = [0.40255, 1.18385, 3.173, 15.69105, 7.1949, 0.5345, 1.4604, 0.0046, 1.54575, 0.1192, 1.01925, 1.9395, 0.11,
@@ -90,34 +88,29 @@ def test_forward_by_hand_clamps_and_lapse_cap():
 
 # ----------------------------------------------------------------------------------------------- engine vs torch
 
-@pytest.fixture(scope="module")
-def user8() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig(short=True))
-
-
 @needs_check
-def test_engine_equals_torch_predictions_and_gradients(user8):
+def test_engine_equals_torch_predictions_and_gradients(user8_short):
     """One forward + one reverse pass per card equals autograd through per-target padded histories (torch step),
     on a real user whose histories hold same-day reviews."""
-    assert (user8.seq_delta_t[1:] == 0).sum() > 1000  # plenty of same-day steps
+    assert (user8_short.seq_delta_t[1:] == 0).sum() > 1000  # plenty of same-day steps
     rng = np.random.default_rng(5)
     model = FSRS5(RunConfig(algo="FSRS-5"))
     kern = importlib.import_module(FSRS5.kernels)
-    weights = rng.uniform(0.5, 1.5, len(user8))
+    weights = rng.uniform(0.5, 1.5, len(user8_short))
     lo, hi = np.array(FSRS5.lower, float), np.array(FSRS5.upper, float)
     w_rand = lo + (np.minimum(hi, lo + 20) - lo) * rng.uniform(0.05, 0.95, len(lo))
     w_nost = np.array(W5)
     w_nost[17] = w_nost[18] = 0.0  # --disable_short_term's weights
     for w in (np.array(W5), w_rand, w_nost):
         net = TorchSeqNet(kern, w, FSRS5.lower, FSRS5.upper, dtype=torch.float64)
-        batch = training.make_batches(user8, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
+        batch = training.make_batches(user8_short, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
         p_torch = net.forward_batch(batch)
         loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
         loss.backward()
-        p_ref = np.empty(len(user8))
+        p_ref = np.empty(len(user8_short))
         p_ref[batch.rows] = p_torch.detach().numpy()
-        np.testing.assert_allclose(model.engine.predict(w, user8), p_ref, rtol=1e-10, atol=1e-12)
-        value, grad = model.engine.loss_and_grad(w, user8, weights=weights)
+        np.testing.assert_allclose(model.engine.predict(w, user8_short), p_ref, rtol=1e-10, atol=1e-12)
+        value, grad = model.engine.loss_and_grad(w, user8_short, weights=weights)
         assert value == pytest.approx(loss.item(), rel=1e-10)
         ref = net.w.grad.numpy()
         np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-9 * np.abs(ref).max())
@@ -126,13 +119,13 @@ def test_engine_equals_torch_predictions_and_gradients(user8):
 # ----------------------------------------------------------------------------------------------- training
 
 @needs_check
-def test_training_lowers_loss_with_prior_and_rounding(user8):
+def test_training_lowers_loss_with_prior_and_rounding(user8_short):
     model = FSRS5(RunConfig(algo="FSRS-5"))
-    w_init = model.initial_weights(user8)
+    w_init = model.initial_weights(user8_short)
     assert w_init[4:] == W5[4:] and w_init[:4] != W5[:4]  # S0 fitted with FSRS-5's curve
-    before, _ = model.engine.loss_and_grad(w_init, user8, w_init=w_init, sigma=FSRS5.sigma)
-    model.fit(user8)
-    after, _ = model.engine.loss_and_grad(model.w, user8, w_init=w_init, sigma=FSRS5.sigma)
+    before, _ = model.engine.loss_and_grad(w_init, user8_short, w_init=w_init, sigma=FSRS5.sigma)
+    model.fit(user8_short)
+    after, _ = model.engine.loss_and_grad(model.w, user8_short, w_init=w_init, sigma=FSRS5.sigma)
     assert after < before * 0.97
     assert model.w[:4] != pytest.approx(w_init[:4])  # S0 is trained too
     assert all(x == round(x, 4) for x in model.w)  # fsrs-optimizer's Trainer returns round(w, 4)
@@ -140,19 +133,19 @@ def test_training_lowers_loss_with_prior_and_rounding(user8):
 
 
 @needs_check
-def test_disable_short_term_freezes_s0_and_short_term(user8):
+def test_disable_short_term_freezes_s0_and_short_term(user8_short):
     cfg = RunConfig(algo="FSRS-5", disable_short_term=True)
     model = FSRS5(cfg)
-    w_init = model.initial_weights(user8)
+    w_init = model.initial_weights(user8_short)
     assert w_init[17] == 0 and w_init[18] == 0
-    model.fit(user8)
+    model.fit(user8_short)
     assert model.w[:4] == [round(x, 4) for x in w_init[:4]]  # S0 fitted, then frozen
     assert model.w[17] == 0 and model.w[18] == 0
     assert model.w[4:17] != pytest.approx(w_init[4:17])
     # same-day reviews still move D: dropping them changes the predictions
     no_sd = build_features(load_revlogs(CHECK, 8), FeatureConfig(short=False))
-    assert len(no_sd) == len(user8)
-    assert not np.allclose(model.predict(user8), model.predict(no_sd))
+    assert len(no_sd) == len(user8_short)
+    assert not np.allclose(model.predict(user8_short), model.predict(no_sd))
 
 
 # ----------------------------------------------------------------------------------------------- rows and counts

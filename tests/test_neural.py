@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from check_users import CHECK, needs_check
 import training
 from config import EMBEDDED_DATA, RunConfig
 from data_loader import load_revlogs
@@ -29,9 +30,7 @@ from runner import read_results, run
 torch.set_num_threads(1)  # as the runner's workers: these tiny networks only lose to thread start-up and spinning
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECK = ROOT.parent / "shared" / "data" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 
 NETS = {"GRU-P": GRUPNet, "GRU": GRUNet, "NN-17": NN17Net}  # one pass per card
 
@@ -81,16 +80,6 @@ def fc_by_hand(net, h):
 
 def predict_with(net, data):
     return neural_seq.predict_cards(net, data)
-
-
-@pytest.fixture(scope="module")
-def user8() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig())
-
-
-@pytest.fixture(scope="module")
-def user12_short() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 12), FeatureConfig(short=True))
 
 
 # ----------------------------------------------------------------------------------------------- structure

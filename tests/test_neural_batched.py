@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import runner
+from check_users import CHECK, needs_check
 import training
 from config import EMBEDDED_DATA, RunConfig
 from data_loader import load_revlogs
@@ -21,8 +22,6 @@ from split import time_series_folds
 
 torch.set_num_threads(1)
 
-CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 MODELS = {"GRU-P": GRUP, "GRU": GRU}
 

@@ -14,28 +14,17 @@ import torch
 import torch.nn.functional as F
 
 import training
-from data_loader import load_revlogs
-from features import FeatureConfig, build_features
 from models import neural_seq
 from models.base import ReviewData
 from models.kernel_math import mish, mish_and_grad, softplus, softplus_grad
 from models.nn17 import NN17Net
 from models.nn17_kernels import N_PARAMS
-from test_neural import CHECK, needs_check, per_target, seeded_net
+from check_users import needs_check
+from test_neural import per_target, seeded_net
 
 torch.set_num_threads(1)
 
 F64 = torch.float64
-
-
-@pytest.fixture(scope="module")
-def user8() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 8), FeatureConfig())
-
-
-@pytest.fixture(scope="module")
-def user12_short() -> ReviewData:
-    return build_features(load_revlogs(CHECK, 12), FeatureConfig(short=True))
 
 
 def stretched(data: ReviewData) -> ReviewData:
