@@ -331,13 +331,19 @@ def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: st
         for group in opt.param_groups:
             group["lr"] = lr
         for batch in batches:
-            opt.zero_grad()
-            loss = _batch_loss(net, batch, fp["batch_size_exp"])
-            loss = loss + fp["reg_scale"] * torch.sum((flat_params(net) - meta) ** 2)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), fp["clip_norm"])
-            opt.step()
+            anchored_step(net, opt, batch, meta, fp)
     net.eval()
+
+
+def anchored_step(net: "LSTMNet", opt: torch.optim.Optimizer, batch, meta: Tensor, recipe: dict) -> None:
+    """One optimizer step of the fine-tune and of Reptile's inner learner alike: loss = the batch's weighted BCE
+    scaled by B^batch_size_exp + reg_scale·‖θ − meta‖², gradient norm clipped at clip_norm."""
+    opt.zero_grad()
+    loss = _batch_loss(net, batch, recipe["batch_size_exp"])
+    loss = loss + recipe["reg_scale"] * torch.sum((flat_params(net) - meta) ** 2)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), recipe["clip_norm"])
+    opt.step()
 
 
 def input_normalisation(users: list[ReviewData]) -> tuple[Tensor, Tensor]:
@@ -383,12 +389,7 @@ def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -
         for k, batch in enumerate(cards.batches(BATCH, order)):
             if k >= rp["inner_steps"]:
                 break
-            opt.zero_grad()
-            loss = _batch_loss(learner, batch, rp["batch_size_exp"])
-            loss = loss + rp["reg_scale"] * torch.sum((flat_params(learner) - meta) ** 2)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(learner.parameters(), rp["clip_norm"])
-            opt.step()
+            anchored_step(learner, opt, batch, meta, rp)
         state = copy.deepcopy(opt.state_dict())
         outer.zero_grad()
         for p, q in zip(net.parameters(), learner.parameters()):
