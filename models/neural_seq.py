@@ -7,8 +7,7 @@ column, so a card with n reviews costs 1 + 2 + ... + n steps per epoch instead o
 
 How a network plugs in (`CardSeqNet`, a torch module):
 - `step_features(data)`: the input vector of every review of data's concatenated card sequences, [N, F];
-- `n_steps(pos)`: how many of a card's steps a target with history length `pos` needs (GRU: pos; GRU-P: pos − 1,
-  because its last step carries the target's own interval, see models/gru_p.py);
+- `n_steps(pos)`: how many of a card's steps a target with history length `pos` needs (default: pos);
 - `card_states(x, c_steps)`: x is [L, C, F] (time-major, card c zero-padded beyond its c_steps[c] steps); returns
   the states [L + 1, C, ...] where index k is the state after the card's first k steps (index 0: the initial
   state); states beyond a card's length are never read;
@@ -20,13 +19,12 @@ Fine-tuning (`fit_cards`) follows upstream's recipe (spec models.md §0.4, §2) 
 - training rows whose history is longer than max_seq_len are left out of the loss (upstream's BatchDataset drops
   them), and each card is run only as far as its longest kept target needs;
 - batches are groups of whole cards holding ≈ batch_size targets (a card joins the group in which its first target
-  falls). Grouping "shuffled" (default) regroups the cards in a new random order every epoch (torch.randperm on a
-  generator seeded 2023); "sorted" cuts the cards sorted by length once and shuffles the ORDER of the groups every
-  epoch, as upstream does with its length-sorted target batches. Measured (bench/bench_neural.py, simulated users,
-  and upstream-check): with "sorted", a group of long cards is a handful of cards, its gradient is far noisier than
-  upstream's 512 distinct cards, and the Log Loss gets worse (GRU-P 0.2850 vs upstream's trainer 0.2753, GRU 0.3040
-  vs 0.2854 on two simulated users); "shuffled" mixes long and short cards and matches upstream's trainer (0.2743,
-  0.2818). The global torch seed is 42 at the start of every fit;
+  falls), the cards regrouped in a new random order every epoch (torch.randperm on a generator seeded 2023). Cutting
+  length-sorted cards once and shuffling only the order of the groups, as upstream does with its length-sorted
+  target batches, was measured worse (bench/bench_neural.py, two simulated users): a group of long cards is a
+  handful of cards, its gradient far noisier than upstream's 512 distinct cards (GRU-P 0.2850 vs upstream's trainer
+  0.2753, GRU 0.3040 vs 0.2854); shuffled groups mix long and short cards and match upstream's trainer (0.2743,
+  0.2818);
 - optimizer from the network (AdamW(lr, weight_decay=wd) for GRU/GRU-P/Transformer, Adam for NN-17);
   CosineAnnealingLR(T_max = groups·epochs) stepped every group; loss = Σ weight·BCE (a sum, torch's BCE clamps its
   logs at −100) over all targets of the group's cards, from one forward and one backward pass;
@@ -39,8 +37,7 @@ their loss and gradient as a compiled `card_loss`, and fit_cards runs this whole
 cosine schedule, clip box) in one numba call in float64 (models/card_fit.py), because for these tiny networks
 torch's per-operation cost (autograd nodes per time step, every optimizer step, parameter conversions) far exceeded
 the arithmetic. The compiled loop is tested equal to this recipe stepped in torch (tests/test_neural.py,
-tests/test_nn17_compiled.py). The others step in torch with its fused Adam/AdamW (the default update, in one
-kernel): the Transformer and the LSTM (autograd).
+tests/test_nn17_compiled.py).
 
 Per model: the Transformer keeps upstream's per-target windows (its no-mask quirk, models/transformer.py); the LSTM
 runs its own Reptile-style fine-tune over the same whole-card batches (models/lstm.py).
@@ -124,7 +121,6 @@ class CardSeqNet(training.TrainableModule):
     lr: float = 4e-2
     wd: float = 1e-5
     optimizer: str = "adamw"  # "adamw" (AdamW with wd) or "adam" (upstream BaseModel: Adam, wd ignored)
-    grouping: str = "shuffled"  # how fit_cards groups cards into batches (see fit_cards)
 
     # --- contract ---------------------------------------------------------------------------------------------
     def step_features(self, data: ReviewData) -> np.ndarray:
@@ -368,50 +364,23 @@ def epoch_orders(n_cards: int, n_epoch: int, seed: int = SHUFFLE_SEED) -> np.nda
     return np.stack([torch.randperm(n_cards, generator=generator).numpy() for _ in range(n_epoch)])
 
 
-def fit_cards(net: CardSeqNet, data: ReviewData, *, n_epoch: int, batch_size: int = 512, max_seq_len: int = 64,
-              lr: float | None = None, weights: np.ndarray | None = None, keep: np.ndarray | None = None,
-              seed: int = SHUFFLE_SEED, grouping: str | None = None) -> int:
-    """Fine-tune `net` in place on `data` (see the module docstring); returns the number of groups per epoch.
-    Raises InadequateData when no target has a history of length 1..max_seq_len."""
+def fit_cards(net: "CompiledCardNet", data: ReviewData, *, n_epoch: int, batch_size: int = 512,
+              max_seq_len: int = 64, lr: float | None = None, weights: np.ndarray | None = None,
+              keep: np.ndarray | None = None, seed: int = SHUFFLE_SEED) -> int:
+    """Fine-tune a compiled network in place on `data` (see the module docstring): the whole recipe in one compiled
+    call; returns the number of groups per epoch. Raises InadequateData when no target has a history of length
+    1..max_seq_len. Networks stepped in torch train with fit_upstream (or their own recipe, the LSTM)."""
+    if not isinstance(net, CompiledCardNet):
+        raise TypeError(f"fit_cards needs a CompiledCardNet, not {type(net).__name__} (use fit_upstream)")
     use = data.rows["seq_pos"].to_numpy() <= max_seq_len
     if keep is not None:
         use &= np.asarray(keep, dtype=bool)
     cards = CardSet(net, data, use, weights)
     if cards.n_cards == 0:
         raise InadequateData("Training data is inadequate.")
-    generator = torch.Generator().manual_seed(seed)
-    grouping = grouping or net.grouping
-    lr = net.lr if lr is None else lr
-    if grouping == "shuffled" and isinstance(net, CompiledCardNet):  # the whole loop compiled
-        orders = epoch_orders(cards.n_cards, n_epoch, seed)
-        n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
-        net.fit_compiled(cards, orders, batch_size, lr, max(1, n_batches * n_epoch))
-        net.eval()
-        return n_batches
-    fixed = cards.batches(batch_size) if grouping == "sorted" else None
-    n_batches = len(fixed) if fixed is not None else cards.n_groups(batch_size, np.arange(cards.n_cards))
-    torch.manual_seed(TORCH_SEED)
-    optimizer = net.make_optimizer(lr)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, n_batches * n_epoch))
-    params = list(net.parameters())
-    net.train()
-    for _ in range(n_epoch):
-        if fixed is not None:
-            epoch = [fixed[k] for k in torch.randperm(len(fixed), generator=generator).tolist()]
-        else:
-            epoch = cards.batches(batch_size, torch.randperm(cards.n_cards, generator=generator).numpy())
-        for batch in epoch:
-            fused = net.loss_and_grad(batch)
-            if fused is None:
-                optimizer.zero_grad()
-                batch_loss(net, batch).backward()
-            else:
-                for p, g in zip(params, fused[1]):
-                    p.grad = torch.from_numpy(g).to(p.dtype)
-            optimizer.step()
-            scheduler.step()
-            with torch.no_grad():
-                net.clip_params_()
+    n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
+    net.fit_compiled(cards, epoch_orders(cards.n_cards, n_epoch, seed), batch_size, net.lr if lr is None else lr,
+                     max(1, n_batches * n_epoch))
     net.eval()
     return n_batches
 

@@ -23,8 +23,8 @@ the tests and `--trainer upstream`. Module names follow upstream's so its state 
 
 Card grouping "shuffled" (neural_seq.fit_cards), as for the GRU family. NN-17 used to group "sorted" because,
 stepped in torch at ~20 operations per time step whatever the number of cards, a group cost as many steps as its
-longest card; compiled, a group costs its reviews, and "sorted" would also leave the compiled loop (torch's Adam per
-group: 2× the CPU time). Held-out Log Loss, shuffled / sorted / upstream's per-target trainer:
+longest card; compiled, a group costs its reviews (measured before fit_cards became compiled-only: "sorted" stepped
+by torch's Adam per group took 2× the CPU time). Held-out Log Loss, shuffled / sorted / upstream's per-target trainer:
   embedded users 1–3 (other.py, weighted by reviews)          0.1435 / 0.1419 / 0.1430
   upstream-check users 8, 12 (bench/bench_neural.py, mean)    0.1450 / 0.1437 / 0.1449
   3 simulated users, seed 100 (bench/bench_neural.py, mean)   0.3259 / 0.3309 / 0.3286
