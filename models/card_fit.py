@@ -12,6 +12,7 @@ c_tfirst[c] + c_count[c] − 1 of the t_* arrays (history length, elapsed time, 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +69,11 @@ def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, lr, 
                 theta[j] = min(max(theta[j], lower[j]), upper[j])
 
 
+@lru_cache(maxsize=None)
 def loop_for(card_loss_fn):
     """fit_card_groups bound to one network's card_loss (an @njit function): this module copied with its
-    CARD-LOSS-IMPORT line importing that function (seq_engine.bound_copy says why a copy), compiled once, cached."""
+    CARD-LOSS-IMPORT line importing that function (seq_engine.bound_copy says why a copy), compiled once and cached
+    on disk; made once per process (fit_cards calls it for every fold)."""
     from models.seq_engine import bound_copy
 
     fn = card_loss_fn.py_func
