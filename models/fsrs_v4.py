@@ -75,7 +75,8 @@ def core_curve_ds(r, s, t, factor, decay):
 @njit(cache=True, inline="always")
 def recall_stability(w, s, d, r, g):
     """S after a successful long-term review, FSRS v4 to 6 alike: S·(1 + e^{w8}(11−D)S^{−w9}(e^{w10(1−R)}−1)·h·b)."""
-    return s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0) * hard_easy(w, g))
+    return s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
+                * hard_easy(w, g))
 
 
 @njit(cache=True, inline="always")
