@@ -1,12 +1,18 @@
-"""The two upstream-check users (../shared/data/upstream-check: real collections with upstream's own per-user
-results), shared by the model tests; their features are built once per test session (tests/conftest.py)."""
+"""Shared by the model tests: the two upstream-check users (../shared/data/upstream-check: real collections with
+upstream's own per-user results), their features built once per test session (tests/conftest.py), and the
+engine-against-autograd comparison every engine model is held to."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+
+import training
 
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
@@ -22,3 +28,28 @@ def check_features(user: int, short: bool) -> ReviewData:
     if not CHECK.exists():
         pytest.skip("../shared/data/upstream-check not present")
     return build_features(load_revlogs(CHECK, user), FeatureConfig(short=short))
+
+
+@dataclass
+class EngineVsTorch:
+    """A model's engine next to autograd at one weight vector: predictions, summed weighted BCE and its gradient."""
+    p: np.ndarray
+    p_ref: np.ndarray
+    loss: float
+    loss_ref: float
+    grad: np.ndarray
+    grad_ref: np.ndarray
+
+
+def engine_vs_torch(model, net, w, data: ReviewData, weights: np.ndarray) -> EngineVsTorch:
+    """model.engine (one forward and one reverse pass per card) at w, and the same model stepped in torch (`net`,
+    float64, weights w) through upstream's per-target padded histories, its gradient by autograd."""
+    batch = training.make_batches(data, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
+    p_torch = net.forward_batch(batch)
+    loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
+    loss.backward()
+    p_ref = np.empty(len(data))
+    p_ref[batch.rows] = p_torch.detach().numpy()
+    value, grad = model.engine.loss_and_grad(w, data, weights=weights)
+    return EngineVsTorch(model.engine.predict(w, data), p_ref, value, float(loss.detach()), grad,
+                         net.w.grad.numpy())

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, needs_check
+from check_users import CHECK, engine_vs_torch, needs_check
 import training
 from config import RunConfig
 from models.anki import Anki
@@ -150,20 +150,12 @@ def random_w(cls, rng) -> np.ndarray:
     return lo + (hi - lo) * rng.uniform(0.05, 0.95, len(lo))
 
 
-def engine_vs_torch(cls, w, data, weights):
-    model = cls(RunConfig(algo=cls.name))
+def assert_engine_equals_torch(cls, w, data, weights):
     net = TorchSeqNet(importlib.import_module(cls.kernels), w, cls.lower, cls.upper, dtype=torch.float64)
-    batch = training.make_batches(data, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
-    p_torch = net.forward_batch(batch)
-    loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
-    loss.backward()
-    p_ref = np.empty(len(data))
-    p_ref[batch.rows] = p_torch.detach().numpy()
-    np.testing.assert_allclose(model.engine.predict(w, data), p_ref, rtol=1e-10, atol=1e-12)
-    value, grad = model.engine.loss_and_grad(w, data, weights=weights)
-    assert value == pytest.approx(float(loss.detach()), rel=1e-10)
-    ref = net.w.grad.numpy()
-    np.testing.assert_allclose(grad, ref, rtol=1e-8, atol=1e-9 * max(np.abs(ref).max(), 1.0))
+    c = engine_vs_torch(cls(RunConfig(algo=cls.name)), net, w, data, weights)
+    np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-10, atol=1e-12)
+    assert c.loss == pytest.approx(c.loss_ref, rel=1e-10)
+    np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-8, atol=1e-9 * max(np.abs(c.grad_ref).max(), 1.0))
 
 
 @needs_check
@@ -175,7 +167,7 @@ def test_engine_equals_torch_on_real_users(cls, user12, user8_short):
     for data in (user12, user8_short):
         weights = rng.uniform(0.5, 1.5, len(data))
         for w in (np.array(cls.default_w), random_w(cls, rng)):
-            engine_vs_torch(cls, w, data, weights)
+            assert_engine_equals_torch(cls, w, data, weights)
 
 
 def test_anki_gradient_on_branch_ties_and_bounds():
@@ -193,7 +185,7 @@ def test_anki_gradient_on_branch_ties_and_bounds():
     weights = np.linspace(0.5, 1.5, len(data))
     for w in ([1.0, 4.0, 2.5, 1.3, 1.2, 0.0, 1.0], [2.0, 4.0, 2.5, 1.3, 1.2, 0.0, 1.0],
               [2.5, 4.0, 2.5, 1.3, 1.2, 0.5, 1.0], [1.0, 1.0, 1.31, 1.0, 0.5, 1.0, 0.5]):
-        engine_vs_torch(Anki, np.array(w), data, weights)
+        assert_engine_equals_torch(Anki, np.array(w), data, weights)
 
 
 @needs_check

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import models.dash as dash
-from check_users import CHECK, needs_check
+from check_users import CHECK, engine_vs_torch, needs_check
 import training
 from config import RunConfig
 from models.act_r import ACTR, ACTRNet
@@ -121,18 +121,11 @@ def test_engine_equals_torch_predictions_and_gradients(cls, short, user8, user8_
     rng = np.random.default_rng(11)
     model = cls(RunConfig(algo=cls.name, short=short))
     weights = rng.uniform(0.5, 1.5, len(data))
-    batch = training.make_batches(data, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
     for w in (np.array(model.default_w), random_w(cls, rng)):
-        net = torch_net(cls, w)
-        p_torch = net.forward_batch(batch)
-        loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
-        loss.backward()
-        p_ref = np.empty(len(data))
-        p_ref[batch.rows] = p_torch.detach().numpy()
-        np.testing.assert_allclose(model.engine.predict(w, data), p_ref, rtol=1e-10, atol=1e-13)
-        value, grad = model.engine.loss_and_grad(w, data, weights=weights)
-        assert value == pytest.approx(float(loss.detach()), rel=1e-10)
-        np.testing.assert_allclose(grad, net.w.grad.numpy(), rtol=1e-7, atol=1e-9 * np.abs(grad).max())
+        c = engine_vs_torch(model, torch_net(cls, w), w, data, weights)
+        np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-10, atol=1e-13)
+        assert c.loss == pytest.approx(c.loss_ref, rel=1e-10)
+        np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-7, atol=1e-9 * np.abs(c.grad).max())
 
 
 def long_card_data() -> ReviewData:

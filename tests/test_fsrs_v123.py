@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, needs_check
+from check_users import CHECK, engine_vs_torch, needs_check
 import training
 from config import RunConfig
 from models.base import ReviewData
@@ -182,20 +182,12 @@ def wide_random_cards(seed: int, n_cards: int = 60) -> ReviewData:
 
 
 def assert_engine_equals_torch(cls, w, data, weights):
-    model = cls(RunConfig(algo=cls.name))
     net = TorchSeqNet(importlib.import_module(cls.kernels), w, cls.lower, cls.upper, dtype=torch.float64)
-    batch = training.make_batches(data, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
-    p_torch = net.forward_batch(batch)
-    loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
-    loss.backward()
-    p_ref = np.empty(len(data))
-    p_ref[batch.rows] = p_torch.detach().numpy()
-    np.testing.assert_allclose(model.engine.predict(w, data), p_ref, rtol=1e-9, atol=1e-12)
-    value, grad = model.engine.loss_and_grad(w, data, weights=weights)
-    assert value == pytest.approx(float(loss.detach()), rel=1e-10)
-    g_ref = net.w.grad.numpy()
-    assert np.all(np.isfinite(grad))
-    np.testing.assert_allclose(grad, g_ref, rtol=1e-7, atol=1e-7 * np.abs(g_ref).max())
+    c = engine_vs_torch(cls(RunConfig(algo=cls.name)), net, w, data, weights)
+    np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-9, atol=1e-12)
+    assert c.loss == pytest.approx(c.loss_ref, rel=1e-10)
+    assert np.all(np.isfinite(c.grad))
+    np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-7, atol=1e-7 * np.abs(c.grad_ref).max())
 
 
 @needs_check

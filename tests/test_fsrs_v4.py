@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, needs_check
-import training
+from check_users import CHECK, engine_vs_torch, needs_check
 from config import RunConfig
 from models.base import ReviewData
 from models.fsrs_v4 import FSRSv4
@@ -80,17 +79,11 @@ def test_engine_equals_torch_predictions_and_gradients(cls, user8):
     rows = user8.rows
     weights = rng.uniform(0.5, 1.5, len(rows))
     for w in (np.array(cls.default_w), random_w(cls, rng)):
-        net = TorchSeqNet(kern, w, cls.lower, cls.upper, dtype=torch.float64)
-        batch = training.make_batches(user8, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
-        p_torch = net.forward_batch(batch)
-        loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
-        loss.backward()
-        p_ref = np.empty(len(rows))
-        p_ref[batch.rows] = p_torch.detach().numpy()
-        np.testing.assert_allclose(model.engine.predict(w, user8), p_ref, rtol=1e-10, atol=1e-12)
-        value, grad = model.engine.loss_and_grad(w, user8, weights=weights)
-        assert value == pytest.approx(float(loss.detach()), rel=1e-10)
-        np.testing.assert_allclose(grad, net.w.grad.numpy(), rtol=1e-8, atol=1e-8 * np.abs(grad).max())
+        c = engine_vs_torch(model, TorchSeqNet(kern, w, cls.lower, cls.upper, dtype=torch.float64), w, user8,
+                            weights)
+        np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-10, atol=1e-12)
+        assert c.loss == pytest.approx(c.loss_ref, rel=1e-10)
+        np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-8, atol=1e-8 * np.abs(c.grad).max())
 
 
 @needs_check

@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, needs_check
-import training
+from check_users import CHECK, engine_vs_torch, needs_check
 from config import RunConfig, build_parser, config_from_args
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
@@ -102,18 +101,11 @@ def test_engine_equals_torch_predictions_and_gradients(user8_short):
     w_nost = np.array(W5)
     w_nost[17] = w_nost[18] = 0.0  # --disable_short_term's weights
     for w in (np.array(W5), w_rand, w_nost):
-        net = TorchSeqNet(kern, w, FSRS5.lower, FSRS5.upper, dtype=torch.float64)
-        batch = training.make_batches(user8_short, weights, 10 ** 6, 10 ** 6, torch.float64)[0]
-        p_torch = net.forward_batch(batch)
-        loss = (torch.nn.functional.binary_cross_entropy(p_torch, batch.y, reduction="none") * batch.weight).sum()
-        loss.backward()
-        p_ref = np.empty(len(user8_short))
-        p_ref[batch.rows] = p_torch.detach().numpy()
-        np.testing.assert_allclose(model.engine.predict(w, user8_short), p_ref, rtol=1e-10, atol=1e-12)
-        value, grad = model.engine.loss_and_grad(w, user8_short, weights=weights)
-        assert value == pytest.approx(loss.item(), rel=1e-10)
-        ref = net.w.grad.numpy()
-        np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-9 * np.abs(ref).max())
+        c = engine_vs_torch(model, TorchSeqNet(kern, w, FSRS5.lower, FSRS5.upper, dtype=torch.float64), w,
+                            user8_short, weights)
+        np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-10, atol=1e-12)
+        assert c.loss == pytest.approx(c.loss_ref, rel=1e-10)
+        np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-6, atol=1e-9 * np.abs(c.grad_ref).max())
 
 
 # ----------------------------------------------------------------------------------------------- training
