@@ -436,22 +436,13 @@ def test_grup_target_with_its_own_last_step(user8):
         assert float(np.abs(a - p.grad.numpy()).max()) <= 1e-6 * float(p.grad.abs().max())
 
 
-@pytest.mark.parametrize("cls", [GRUPNet, GRUNet])
-def test_compiled_fit_equals_torch_adamw_loop(cls, user8):
-    """The GRU family's whole fine-tune in one compiled call equals fit_cards's recipe stepped in torch: the same
-    groups of whole cards per epoch (randperm on a generator seeded 2023), torch.optim.AdamW and CosineAnnealingLR
-    stepped per group, gradients from autograd through upstream's per-target nn.GRU of each group's targets."""
-    train = user8.subset(np.arange(1200))
-    n_epoch, batch_size = 3, 256
-    net = seeded_net(cls, seed=11, scale=0.2)
-    ref = seeded_net(cls, seed=11, scale=0.2)
-    n_groups = neural_seq.fit_cards(net, train, n_epoch=n_epoch, batch_size=batch_size)
-
-    keep = train.rows["seq_pos"].to_numpy() <= 64
-    cards = neural_seq.CardSet(ref, train, keep)
+def fit_in_torch(ref, train, opt, n_epoch, batch_size, t_max, after_step=lambda: None):
+    """fit_cards's recipe stepped in torch, as the reference for the compiled loop: the same groups of whole cards
+    per epoch (randperm on a generator seeded 2023), `opt` and CosineAnnealingLR(t_max) stepped per group (then
+    after_step()), gradients from autograd through upstream's per-target forward_batch of each group's targets."""
+    cards = neural_seq.CardSet(ref, train, train.rows["seq_pos"].to_numpy() <= 64)
     gen = torch.Generator().manual_seed(neural_seq.SHUFFLE_SEED)
-    opt = torch.optim.AdamW(ref.parameters(), lr=ref.lr, weight_decay=ref.wd, foreach=False)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_groups * n_epoch)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max)
     for _ in range(n_epoch):
         for batch in cards.batches(batch_size, torch.randperm(cards.n_cards, generator=gen).numpy()):
             sub = np.zeros(len(train), dtype=bool)
@@ -462,6 +453,21 @@ def test_compiled_fit_equals_torch_adamw_loop(cls, user8):
                                                dtype=torch.float64)).backward()
             opt.step()
             sched.step()
+            after_step()
+
+
+@pytest.mark.parametrize("cls", [GRUPNet, GRUNet])
+def test_compiled_fit_equals_torch_adamw_loop(cls, user8):
+    """The GRU family's whole fine-tune in one compiled call equals fit_cards's recipe stepped in torch: the same
+    groups of whole cards per epoch (randperm on a generator seeded 2023), torch.optim.AdamW and CosineAnnealingLR
+    stepped per group, gradients from autograd through upstream's per-target nn.GRU of each group's targets."""
+    train = user8.subset(np.arange(1200))
+    n_epoch, batch_size = 3, 256
+    net = seeded_net(cls, seed=11, scale=0.2)
+    ref = seeded_net(cls, seed=11, scale=0.2)
+    n_groups = neural_seq.fit_cards(net, train, n_epoch=n_epoch, batch_size=batch_size)
+    opt = torch.optim.AdamW(ref.parameters(), lr=ref.lr, weight_decay=ref.wd, foreach=False)
+    fit_in_torch(ref, train, opt, n_epoch, batch_size, n_groups * n_epoch)
     for a, b in zip(net.parameters(), ref.parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=1e-8)
     assert any(not torch.equal(a, b) for a, b in zip(net.parameters(), seeded_net(cls, 11, 0.2).parameters()))

@@ -13,14 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import training
 from models import neural_seq
 from models.base import ReviewData
 from models.kernel_math import mish, mish_and_grad, softplus, softplus_grad
 from models.nn17 import NN17Net
 from models.nn17_kernels import N_PARAMS
 from check_users import needs_check
-from test_neural import per_target, seeded_net
+from test_neural import fit_in_torch, per_target, seeded_net
 
 torch.set_num_threads(1)
 
@@ -198,26 +197,15 @@ def test_compiled_fit_equals_torch_adam_loop(user8):
 
     net, ref = start(), start()
     n_groups = neural_seq.fit_cards(net, train, n_epoch=n_epoch, batch_size=batch_size)
+    clipped = []
 
-    keep = train.rows["seq_pos"].to_numpy() <= 64
-    cards = neural_seq.CardSet(ref, train, keep)
-    gen = torch.Generator().manual_seed(neural_seq.SHUFFLE_SEED)
-    opt = torch.optim.Adam(ref.parameters(), lr=ref.lr, foreach=False)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_groups * n_epoch)
-    clipped = 0
-    for _ in range(n_epoch):
-        for batch in cards.batches(batch_size, torch.randperm(cards.n_cards, generator=gen).numpy()):
-            sub = np.zeros(len(train), dtype=bool)
-            sub[batch.t_row] = True
-            opt.zero_grad()
-            sum(F.binary_cross_entropy(ref.forward_batch(b), b.y, reduction="sum")
-                for b in training.make_batches(train.subset(sub), np.ones(int(sub.sum())), 10**6, 64,
-                                               dtype=F64)).backward()
-            opt.step()
-            sched.step()
-            before = ref.theta()
-            ref.clip_params_()
-            clipped += int((ref.theta() != before).sum())
-    assert clipped > 0
+    def clip():
+        before = ref.theta()
+        ref.clip_params_()
+        clipped.append(int((ref.theta() != before).sum()))
+
+    fit_in_torch(ref, train, torch.optim.Adam(ref.parameters(), lr=ref.lr, foreach=False), n_epoch, batch_size,
+                 n_groups * n_epoch, clip)
+    assert sum(clipped) > 0
     np.testing.assert_allclose(net.theta(), ref.theta(), rtol=0, atol=1e-8)
     assert not np.array_equal(net.theta(), start().theta())
