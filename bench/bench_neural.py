@@ -1,7 +1,7 @@
 """Whole-user cost of the neural models: our one-pass-per-card fine-tune vs upstream's per-target padded one.
 
     python -m bench.bench_neural --models GRU-P,GRU --users 3 --reviews 20000
-    python -m bench.bench_neural --models GRU-P --data /work/shared/data/upstream-check   # real users
+    python -m bench.bench_neural --models GRU-P --data tests/fixtures/upstream-check   # real users
 
 For each model and trainer, every user is evaluated exactly as `other.py` does it (runner.evaluate_user: features,
 TimeSeriesSplit(5), one fine-tune per fold from the pretrained weights, predictions, metrics), in this process, with

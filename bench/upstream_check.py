@@ -1,4 +1,4 @@
-"""Our rows against upstream's own results on the upstream-check users (../shared/data/upstream-check).
+"""Our rows against upstream's own results on the upstream-check users (tests/fixtures/upstream-check).
 
     python bench/upstream_check.py                       # every model in upstream-results.json that is registered
     python bench/upstream_check.py --models HLR,ACT-R --out check.md
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
 
-CHECK = ROOT.parent / "shared" / "data" / "upstream-check"
+CHECK = ROOT / "tests" / "fixtures" / "upstream-check"
 UNTRAINED = {"SM2", "Ebisu-v2", "RMSE-BINS-EXPLOIT", "AVG", "MOVING-AVG", "FSRS-rs", "GRU-P"}
 
 

@@ -1,15 +1,16 @@
-"""Shared by the model tests: the two upstream-check users (../shared/data/upstream-check: real collections with
+"""Shared by the model tests: the two upstream-check users (tests/fixtures/upstream-check: real collections with
 upstream's own per-user results), their features built once per test session (tests/conftest.py), and the
 engine-against-autograd comparison every engine model is held to."""
 
 from __future__ import annotations
+
+import json
 
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 import training
@@ -18,15 +19,14 @@ from data_loader import load_revlogs
 from features import FeatureConfig, build_features
 from models.base import ReviewData
 
-CHECK = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
-needs_check = pytest.mark.skipif(not CHECK.exists(), reason="../shared/data/upstream-check not present")
+CHECK = Path(__file__).resolve().parent / "fixtures" / "upstream-check"
+# Upstream's own per-user results on CHECK: {model: {user: {"size": n, "metrics": {...}}}}
+UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text())
 
 
 @lru_cache(maxsize=None)
 def check_features(user: int, short: bool) -> ReviewData:
     """One upstream-check user's targets, day mode (`short`: same-day reviews in the histories)."""
-    if not CHECK.exists():
-        pytest.skip("../shared/data/upstream-check not present")
     return build_features(load_revlogs(CHECK, user), FeatureConfig(short=short))
 
 

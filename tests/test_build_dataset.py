@@ -14,17 +14,18 @@ import zstandard
 
 import build_dataset as bd
 
+from check_users import CHECK
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "anki"
 MY_DECKS = FIXTURES / "kedarmhaswade-my-anki-decks.anki21"
 KANJI = FIXTURES / "illdepence-kanjiplot.anki2"
 SAT = FIXTURES / "kedarmhaswade-SAT-math-formulas.colpkg"
 VOCAB = FIXTURES / "kedarmhaswade-english-vocab-2023.apkg"
 ALL = [MY_DECKS, KANJI, SAT, VOCAB]
-UPSTREAM = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
 
 # Expected (reviews, cards) after conversion. Each is also recomputed below by an independent SQL query that applies
 # the rules of spec/pipeline.md section 1.3 inside SQLite. The first two equal the published converter's row counts
-# for these collections (shared/data/upstream-check users 8 and 12).
+# for these collections (tests/fixtures/upstream-check users 8 and 12).
 EXPECTED = {
     MY_DECKS.name: (9248, 3005),
     KANJI.name: (6111, 1011),
@@ -178,12 +179,11 @@ def test_decks_hierarchy(converted):
     assert set(decks["preset_id"]) == {-1, 0}  # one preset, and a filtered deck
 
 
-@pytest.mark.skipif(not (UPSTREAM / "revlogs").is_dir(), reason="shared/data/upstream-check not present")
 @pytest.mark.parametrize("path,user", [(MY_DECKS, 8), (KANJI, 12)], ids=["my-anki-decks", "kanjiplot"])
 def test_matches_published_conversion(path, user, converted):
     """Same rows as the dataset's own converter, row by row; card ids are equal up to a relabelling."""
     mine = converted[path.name][0]
-    theirs = pd.read_parquet(UPSTREAM / "revlogs" / f"user_id={user}" / "data.parquet")
+    theirs = pd.read_parquet(CHECK / "revlogs" / f"user_id={user}" / "data.parquet")
     assert len(mine) == len(theirs)
     for col in ("day_offset", "rating", "state", "duration", "elapsed_days", "elapsed_seconds"):
         assert (mine[col].to_numpy() == theirs[col].to_numpy()).all(), col
@@ -349,8 +349,6 @@ def test_no_text_in_output(tmp_path, converted):
 def test_embedded_data_is_reproducible(tmp_path, converted):
     """data/embedded holds exactly what build_dataset.py makes of the four fixtures (users 1..4 in README order)."""
     root = Path(__file__).resolve().parents[1] / "data" / "embedded"
-    if not (root / "revlogs").is_dir():
-        pytest.skip("data/embedded not built")
     for uid, path in enumerate(ALL, start=1):
         for table, df in zip(("revlogs", "cards", "decks"), converted[path.name][:3]):
             stored = pd.read_parquet(root / table / f"user_id={uid}" / "data.parquet")

@@ -5,7 +5,6 @@ cards), training, upstream-check sizes and Log Loss, and the CLI rows."""
 from __future__ import annotations
 
 import importlib
-import json
 import math
 
 import numpy as np
@@ -13,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, engine_vs_torch, needs_check
+from check_users import CHECK, UPSTREAM, engine_vs_torch
 import training
 from config import RunConfig
 from models.anki import Anki
@@ -23,7 +22,6 @@ from models.seq_model import TorchSeqNet
 from models.sm2_trainable import SM2Trainable
 from runner import read_results, run
 
-UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
 MODELS = [HLR, SM2Trainable, Anki]
 
 
@@ -127,7 +125,6 @@ def plain_anki(w, dts, gs):
     return ivl
 
 
-@needs_check
 def test_anki_default_equals_plain_python_scheduler_on_a_real_user(user12):
     model = Anki(RunConfig(algo="Anki", default=True))
     model.fit(user12)  # --dry: no training
@@ -158,7 +155,6 @@ def assert_engine_equals_torch(cls, w, data, weights):
     np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-8, atol=1e-9 * max(np.abs(c.grad_ref).max(), 1.0))
 
 
-@needs_check
 @pytest.mark.parametrize("cls", MODELS)
 def test_engine_equals_torch_on_real_users(cls, user12, user8_short):
     """One forward + one reverse pass per card = autograd through per-target padded histories (float64), at the
@@ -188,7 +184,6 @@ def test_anki_gradient_on_branch_ties_and_bounds():
         assert_engine_equals_torch(Anki, np.array(w), data, weights)
 
 
-@needs_check
 def test_hlr_upstream_net_equals_engine(user12):
     """The upstream trainer's HLR module (precomputed float32 count features looked up by row) predicts what the
     engine predicts."""
@@ -203,7 +198,6 @@ def test_hlr_upstream_net_equals_engine(user12):
 
 # ----------------------------------------------------------------------------------------------- training
 
-@needs_check
 @pytest.mark.parametrize("cls", MODELS)
 @pytest.mark.parametrize("trainer", ["fast", "upstream"])
 def test_training_lowers_training_loss(cls, trainer, user12):
@@ -221,7 +215,6 @@ def test_training_lowers_training_loss(cls, trainer, user12):
 
 # ----------------------------------------------------------------------------------------------- upstream-check
 
-@needs_check
 @pytest.mark.parametrize("algo", ["HLR", "SM2-trainable", "Anki"])
 def test_upstream_check_sizes_and_log_loss(algo, tmp_path):
     """Sizes exact. Log Loss: the fast trainer minimises the same objective with card mini-batches and ends at or
@@ -239,7 +232,6 @@ def test_upstream_check_sizes_and_log_loss(algo, tmp_path):
         assert len(line["parameters"]["0"]) == len(models_class(algo).default_w)
 
 
-@needs_check
 @pytest.mark.parametrize("algo,tol", [("SM2-trainable", 2e-6), ("Anki", 2e-6), ("HLR", 1e-3)])
 def test_upstream_trainer_reproduces_upstream(algo, tol, tmp_path):
     """--trainer upstream (length-sorted batches with numpy's quicksort, as fsrs-optimizer 5.x's pandas sort did)

@@ -4,7 +4,6 @@ upstream-check sizes and Log Loss, and the CLI rows."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 import models.dash as dash
-from check_users import CHECK, engine_vs_torch, needs_check
+from check_users import CHECK, UPSTREAM, engine_vs_torch
 import training
 from config import RunConfig
 from models.act_r import ACTR, ACTRNet
@@ -21,7 +20,6 @@ from models.base import ReviewData
 from models.dash import DASH, DASHACTR, DASHMCM, DASHACTRNet, DASHNet
 from runner import read_results, run
 
-UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
 ALL = [DASH, DASHMCM, DASHACTR, ACTR]
 
 
@@ -112,7 +110,6 @@ def random_w(cls, rng) -> np.ndarray:
     return np.clip(w, cls.lower, cls.upper)
 
 
-@needs_check
 @pytest.mark.parametrize("cls,short", [(DASH, False), (DASHMCM, False), (DASHACTR, False), (ACTR, False),
                                        (DASHMCM, True), (DASHACTR, True), (ACTR, True)])
 def test_engine_equals_torch_predictions_and_gradients(cls, short, user8, user8_short):
@@ -170,7 +167,6 @@ def test_dash_trains_on_every_row_upstream_batches_in_time_order(monkeypatch):
     assert limits[0] >= 128
 
 
-@needs_check
 def test_act_r_trains_on_histories_of_at_most_63(user8, monkeypatch):
     """ACT-R's tensor is history + 1 long, so upstream's max_seq_len 64 keeps histories ≤ 63 (both trainers)."""
     seen = []
@@ -184,7 +180,6 @@ def test_act_r_trains_on_histories_of_at_most_63(user8, monkeypatch):
     assert model.cfg.max_seq_len == 64  # the run config itself is untouched
 
 
-@needs_check
 @pytest.mark.parametrize("cls", ALL)
 def test_training_lowers_training_loss(cls, user8):
     train = user8.subset(np.arange(1500))
@@ -209,7 +204,6 @@ FAST_TOL = {"DASH": 1e-3, "DASH[MCM]": 2e-3,  # ACT-R and DASH[ACT-R]: the fast 
 UPSTREAM_TRAINER_TOL = {"DASH": 2.5e-3, "DASH[MCM]": 5e-4, "DASH[ACT-R]": 1e-5, "ACT-R": 1e-5}
 
 
-@needs_check
 @pytest.mark.parametrize("trainer", ["fast", "upstream"])
 def test_upstream_check_sizes_and_log_loss(trainer, tmp_path):
     tol = FAST_TOL if trainer == "fast" else UPSTREAM_TRAINER_TOL

@@ -151,18 +151,12 @@ def test_too_few_rows_is_a_skip():
 
 
 def test_upstream_check_sizes():
-    """Upstream's own evaluated-review counts on two real collections (shared/data/upstream-check)."""
-    import json
-    from pathlib import Path
-
+    """Upstream's own evaluated-review counts on two real collections (tests/fixtures/upstream-check)."""
+    from check_users import CHECK, UPSTREAM
     from data_loader import load_revlogs
     from split import evaluated_size
 
-    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
-    if not root.exists():
-        pytest.skip("../shared/data/upstream-check not present")
-    expected = json.loads((root / "upstream-results.json").read_text())["FSRS-6"]
-    for user, res in expected.items():
-        df = load_revlogs(root, int(user))
+    for user, res in UPSTREAM["FSRS-6"].items():
+        df = load_revlogs(CHECK, int(user))
         for fcfg in (DAY, SHORT):
             assert evaluated_size(len(build_features(df, fcfg))) == res["size"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,8 +23,7 @@ from models.fsrs6_params import DEFAULT_W
 from models.fsrs_rs import FSRSRs, item_reviews, training_items
 from split import time_series_folds
 
-UPSTREAM = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check"
-needs_upstream = pytest.mark.skipif(not (UPSTREAM / "revlogs").is_dir(), reason="shared/data/upstream-check not present")
+from check_users import CHECK, UPSTREAM
 
 
 def rs_cfg(**kw) -> RunConfig:
@@ -35,10 +33,8 @@ def rs_cfg(**kw) -> RunConfig:
 @pytest.fixture(scope="module")
 def users():
     """Features of both upstream-check users, built the way the runner builds them for FSRS-rs."""
-    if not (UPSTREAM / "revlogs").is_dir():
-        pytest.skip("shared/data/upstream-check not present")
     cfg = rs_cfg()
-    return {u: build_features(load_revlogs(UPSTREAM, u), FeatureConfig.from_run(cfg)) for u in (8, 12)}
+    return {u: build_features(load_revlogs(CHECK, u), FeatureConfig.from_run(cfg)) for u in (8, 12)}
 
 
 # ------------------------------------------------------------------------------------------------- items by hand
@@ -114,18 +110,16 @@ def test_rust_flag_selects_fsrs_rs():
     assert isinstance(models.create(rs_cfg()), FSRSRs)
 
 
-@needs_upstream
 def test_sizes_equal_fsrs6_sizes_on_upstream_check(users):
-    published = json.loads((UPSTREAM / "upstream-results.json").read_text())["FSRS-6"]
+    published = UPSTREAM["FSRS-6"]
     for user, data in users.items():
-        six = build_features(load_revlogs(UPSTREAM, user), FeatureConfig.from_run(RunConfig(algo="FSRS-6")))
+        six = build_features(load_revlogs(CHECK, user), FeatureConfig.from_run(RunConfig(algo="FSRS-6")))
         pd.testing.assert_frame_equal(data.rows, six.rows)
         size = sum(len(test) for _, test in time_series_folds(len(data), 5))
         assert size == published[str(user)]["size"] == {8: 3705, 12: 3055}[user]
 
 
 # ------------------------------------------------------------------------------------------------- prediction
-@needs_upstream
 def test_default_predictions_equal_fsrs6_defaults(users):
     data = users[12]
     p_rs = FSRSRs(rs_cfg(default=True)).predict(data)
@@ -141,7 +135,6 @@ def test_default_predictions_equal_fsrs6_defaults(users):
 
 
 # ------------------------------------------------------------------------------------------------- training
-@needs_upstream
 def test_training_lowers_the_training_log_loss(users):
     data = users[12]
     trained = FSRSRs(rs_cfg()).fit(data)
@@ -198,9 +191,8 @@ def test_default_mode_and_pretrain():
         FSRSRs(rs_cfg(S0=True))
 
 
-@needs_upstream
 def test_runner_writes_fsrs_rs_lines(tmp_path):
-    cfg = rs_cfg(data=UPSTREAM, processes=1, result_dir=tmp_path / "result", quiet=True)
+    cfg = rs_cfg(data=CHECK, processes=1, result_dir=tmp_path / "result", quiet=True)
     assert runner.run(cfg).exit_code == 0
     lines = [json.loads(x) for x in (tmp_path / "result" / "FSRS-rs.jsonl").read_text().splitlines()]
     assert [(o["user"], o["size"]) for o in lines] == [(8, 3705), (12, 3055)]

@@ -5,7 +5,6 @@ upstream's batch order), the 4-decimal weight rounding, and the CLI rows."""
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, engine_vs_torch, needs_check
+from check_users import CHECK, UPSTREAM, engine_vs_torch
 import training
 from config import RunConfig
 from models.base import ReviewData
@@ -27,7 +26,6 @@ from models.seq_model import TorchSeqNet
 from runner import read_results, run
 
 REPO = Path(__file__).resolve().parents[1]
-UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
 MODELS = [FSRSv3, FSRSv2, FSRSv1]
 
 
@@ -190,7 +188,6 @@ def assert_engine_equals_torch(cls, w, data, weights):
     np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-7, atol=1e-7 * np.abs(c.grad_ref).max())
 
 
-@needs_check
 @pytest.mark.parametrize("cls", MODELS)
 def test_engine_equals_torch_on_a_real_user(cls, user12):
     """One forward + one reverse pass per card gives what autograd gives through per-target padded histories."""
@@ -210,7 +207,6 @@ def test_engine_equals_torch_on_extreme_intervals(cls):
 
 # ----------------------------------------------------------------------------------------------- training
 
-@needs_check
 @pytest.mark.parametrize("cls", MODELS)
 def test_training_lowers_training_loss_and_rounds_like_upstream(cls, user12):
     model = cls(RunConfig(algo=cls.name))
@@ -228,7 +224,6 @@ def test_training_lowers_training_loss_and_rounds_like_upstream(cls, user12):
 
 # ----------------------------------------------------------------------------------------------- upstream-check
 
-@needs_check
 def test_upstream_check_sizes_and_log_loss(tmp_path):
     """Fast trainer: sizes exact; Log Loss close to upstream's (user 8 is far from the others for v2/v3 because
     upstream's length-sorted batches under-fit it: the fast trainer reaches a lower training loss there)."""
@@ -248,7 +243,6 @@ def test_upstream_check_sizes_and_log_loss(tmp_path):
                 assert line["metrics"]["LogLoss"] == pytest.approx(ref["metrics"]["LogLoss"], abs=tol)
 
 
-@needs_check
 @pytest.mark.parametrize("algo", ["FSRSv4", "FSRSv3", "FSRSv2"])
 def test_upstream_trainer_reproduces_upstream_exactly_with_its_batch_order(algo, tmp_path):
     """With upstream's tie order inside the length-sorted batches (fsrs-optimizer 5.x sorted with pandas' unstable

@@ -4,7 +4,6 @@ torch predictions and gradients, training, upstream-check sizes and Log Loss, an
 from __future__ import annotations
 
 import importlib
-import json
 import math
 
 import numpy as np
@@ -12,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, engine_vs_torch, needs_check
+from check_users import CHECK, UPSTREAM, engine_vs_torch
 from config import RunConfig
 from models.base import ReviewData
 from models.fsrs_v4 import FSRSv4
@@ -20,7 +19,6 @@ from models.fsrs_v45 import FSRS45
 from models.seq_model import TorchSeqNet
 from runner import read_results, run
 
-UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
 
 
 def one_card(dts, gs, target_t) -> ReviewData:
@@ -69,7 +67,6 @@ def random_w(cls, rng) -> np.ndarray:
     return lo + (hi - lo) * rng.uniform(0.05, 0.95, len(lo))
 
 
-@needs_check
 @pytest.mark.parametrize("cls", [FSRSv4, FSRS45])
 def test_engine_equals_torch_predictions_and_gradients(cls, user8):
     """One forward + one reverse pass per card gives what autograd gives through per-target padded histories."""
@@ -86,7 +83,6 @@ def test_engine_equals_torch_predictions_and_gradients(cls, user8):
         np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-8, atol=1e-8 * np.abs(c.grad).max())
 
 
-@needs_check
 def test_engine_prior_frozen_and_max_seq_len(user8):
     """The L2 prior's gradient, frozen parameters and the max_seq_len row filter."""
     model = FSRS45(RunConfig(algo="FSRS-4.5"))
@@ -106,7 +102,6 @@ def test_engine_prior_frozen_and_max_seq_len(user8):
     assert list(fitted[:4]) == list(w[:4]) and not np.allclose(fitted[4:], w[4:])
 
 
-@needs_check
 @pytest.mark.parametrize("cls", [FSRSv4, FSRS45])
 def test_training_lowers_training_loss_and_keeps_s0_fit(cls, user8):
     model = cls(RunConfig(algo=cls.name))
@@ -123,7 +118,6 @@ def test_training_lowers_training_loss_and_keeps_s0_fit(cls, user8):
 
 # ----------------------------------------------------------------------------------------------- upstream-check
 
-@needs_check
 @pytest.mark.parametrize("algo", ["FSRSv4", "FSRS-4.5"])
 def test_upstream_check_sizes_and_log_loss(algo, tmp_path):
     cfg = RunConfig(algo=algo, data=CHECK, processes=1, result_dir=tmp_path, quiet=True)

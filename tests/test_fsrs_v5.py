@@ -5,7 +5,6 @@ and every CLI row end to end."""
 from __future__ import annotations
 
 import importlib
-import json
 import math
 
 import numpy as np
@@ -13,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, engine_vs_torch, needs_check
+from check_users import CHECK, UPSTREAM, engine_vs_torch
 from config import RunConfig, build_parser, config_from_args
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
@@ -22,7 +21,6 @@ from models.fsrs_v5 import FSRS5
 from models.seq_model import TorchSeqNet
 from runner import read_results, run
 
-UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
 
 # fsrs-optimizer 5.7.3 DEFAULT_PARAMETER (= upstream models/fsrs_v5.py init_w), written out independently
 W5 = [0.40255, 1.18385, 3.173, 15.69105, 7.1949, 0.5345, 1.4604, 0.0046, 1.54575, 0.1192, 1.01925, 1.9395, 0.11,
@@ -87,7 +85,6 @@ def test_forward_by_hand_clamps_and_lapse_cap():
 
 # ----------------------------------------------------------------------------------------------- engine vs torch
 
-@needs_check
 def test_engine_equals_torch_predictions_and_gradients(user8_short):
     """One forward + one reverse pass per card equals autograd through per-target padded histories (torch step),
     on a real user whose histories hold same-day reviews."""
@@ -110,7 +107,6 @@ def test_engine_equals_torch_predictions_and_gradients(user8_short):
 
 # ----------------------------------------------------------------------------------------------- training
 
-@needs_check
 def test_training_lowers_loss_with_prior_and_rounding(user8_short):
     model = FSRS5(RunConfig(algo="FSRS-5"))
     w_init = model.initial_weights(user8_short)
@@ -124,7 +120,6 @@ def test_training_lowers_loss_with_prior_and_rounding(user8_short):
     assert all(lo <= x <= hi for x, lo, hi in zip(model.w, FSRS5.lower, FSRS5.upper))
 
 
-@needs_check
 def test_disable_short_term_freezes_s0_and_short_term(user8_short):
     cfg = RunConfig(algo="FSRS-5", disable_short_term=True)
     model = FSRS5(cfg)
@@ -161,7 +156,6 @@ def test_row_names_and_parameter_counts(flags, name, n_params):
 
 # ----------------------------------------------------------------------------------------------- upstream-check
 
-@needs_check
 @pytest.mark.parametrize("trainer, tol", [("fast", 1e-3), ("upstream", 1e-4)])
 def test_upstream_check_sizes_and_log_loss(trainer, tol, tmp_path):
     cfg = RunConfig(algo="FSRS-5", data=CHECK, processes=1, result_dir=tmp_path, quiet=True, trainer=trainer)
@@ -174,7 +168,6 @@ def test_upstream_check_sizes_and_log_loss(trainer, tol, tmp_path):
         assert line["metrics"]["LogLoss"] == pytest.approx(ref["metrics"]["LogLoss"], abs=tol)
 
 
-@needs_check
 def test_untrained_row_sizes(tmp_path):
     cfg = RunConfig(algo="FSRS-5", data=CHECK, processes=1, result_dir=tmp_path, quiet=True, default=True)
     assert run(cfg).exit_code == 0
@@ -194,7 +187,6 @@ def test_rows_run_on_embedded_data(extra, tmp_path):
     assert 0 < lines[0]["metrics"]["LogLoss"] < 1
 
 
-@needs_check
 def test_binary_row_groups_outliers_by_the_recorded_first_rating():
     """FSRS-5-era `script.py --binary` took first_rating before mapping Hard/Easy to Good, so its outlier groups (and
     sizes) are the non-binary ones; the newer FSRS-6 binary groups by the mapped rating (fewer, larger groups)."""

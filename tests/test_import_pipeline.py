@@ -1,7 +1,6 @@
 """Issue 3 × issue 2: collections converted by build_dataset.py go through the feature pipeline like the real data
 set, and give upstream's evaluated-review counts for the two collections upstream itself was run on."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,9 @@ from data_loader import list_user_ids, load_revlogs
 from features import FeatureConfig, NotEnoughData, build_features
 from split import evaluated_size
 
+from check_users import UPSTREAM
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "anki"
-UPSTREAM = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-check" / "upstream-results.json"
 EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "embedded"
 
 
@@ -32,8 +32,8 @@ def test_converted_collection_runs_through_features(name, upstream_user, targets
             continue
         data = build_features(revlogs, fcfg)
         assert len(data) == targets
-        if upstream_user and UPSTREAM.exists():
-            expected = json.loads(UPSTREAM.read_text())["FSRS-6"][upstream_user]["size"]
+        if upstream_user:
+            expected = UPSTREAM["FSRS-6"][upstream_user]["size"]
             assert evaluated_size(len(data)) == expected
 
 

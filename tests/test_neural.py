@@ -4,7 +4,6 @@ pretraining, upstream-check sizes and the CLI rows."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from check_users import CHECK, needs_check
+from check_users import CHECK, UPSTREAM
 import training
 from config import EMBEDDED_DATA, RunConfig
 from data_loader import load_revlogs
@@ -30,7 +29,6 @@ from runner import read_results, run
 torch.set_num_threads(1)  # as the runner's workers: these tiny networks only lose to thread start-up and spinning
 
 ROOT = Path(__file__).resolve().parents[1]
-UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text()) if CHECK.exists() else {}
 
 NETS = {"GRU-P": GRUPNet, "GRU": GRUNet, "NN-17": NN17Net}  # one pass per card
 
@@ -609,7 +607,6 @@ def strip_time(path):
     return [{k: v for k, v in obj.items() if k != "time_ms"} for obj in read_results(path)[0]]
 
 
-@needs_check
 def test_upstream_check_grup_sizes_and_logloss(tmp_path):
     cfg = RunConfig(algo="GRU-P", data=CHECK, processes=1, result_dir=tmp_path, quiet=True)
     assert run(cfg).exit_code == 0

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import runner
-from check_users import CHECK, needs_check
+from check_users import CHECK
 import training
 from config import EMBEDDED_DATA, RunConfig
 from data_loader import load_revlogs
@@ -64,7 +64,6 @@ def test_gru_step_equals_nn_gru():
     assert float((h - ref).abs().max()) < 1e-6
 
 
-@needs_check
 @pytest.mark.parametrize("name", ["GRU-P", "GRU"])
 def test_batched_tasks_equal_fit_cards_alone(name, tasks):
     """Every task of one batched pass ends with the weights and predictions of fit_cards + predict_cards run on
@@ -103,7 +102,6 @@ def solo_by_hand(name: str, train, n_epoch: int):
     return net
 
 
-@needs_check
 @pytest.mark.parametrize("name", ["GRU-P", "GRU"])
 def test_batched_tasks_equal_per_target_nn_gru_reference(name, tasks):
     picked = [tasks[0], tasks[3]]  # a fold of user 8 and the tiny set
@@ -113,7 +111,6 @@ def test_batched_tasks_equal_per_target_nn_gru_reference(name, tasks):
         assert max_diff(stacked.state_dict(i), solo_by_hand(name, train, n_epoch).state_dict()) < 1e-6
 
 
-@needs_check
 def test_finished_task_keeps_its_solo_weights(tasks):
     """The tiny task has 1 group per epoch, the fold 5: once done it is masked (no weight or moment change), so it
     ends with the weights it gets when trained alone; and a masked step leaves a task bit for bit untouched."""
@@ -134,7 +131,6 @@ def test_finished_task_keeps_its_solo_weights(tasks):
     assert not torch.equal(params[0][0], together.params[0][0])  # task 0 did step
 
 
-@needs_check
 def test_small_pass_budget_gives_the_same_result(tasks):
     """Splitting a step into several forward/backward passes (memory bound) changes nothing but rounding."""
     trains = [tr for tr, _ in tasks]
@@ -183,7 +179,6 @@ def test_run_batched_on_worker_processes_equals_in_process(tmp_path):
     kw = dict(algo="GRU", data=EMBEDDED_DATA, batch_users=2, device="cpu")
     assert run_rows(tmp_path, "pool", processes=2, **kw) == run_rows(tmp_path, "here", processes=1, **kw)
 
-@needs_check
 def test_bad_user_does_not_sink_its_chunk():
     cfg = RunConfig(algo="GRU", processes=1, quiet=True)
     out = {o.user: o for o in runner.evaluate_chunk([8, 999999, 12], cfg, CHECK)}
@@ -194,7 +189,6 @@ def test_bad_user_does_not_sink_its_chunk():
         assert abs(out[user].record["metrics"]["LogLoss"] - alone.record["metrics"]["LogLoss"]) <= 1e-4
 
 
-@needs_check
 def test_failed_batched_pass_runs_its_users_one_by_one(monkeypatch):
     def broken(*args, **kw):
         raise RuntimeError("out of device memory")
@@ -226,7 +220,6 @@ def test_cuda_without_cuda_exits_2(tmp_path, capsys, flag):
 # ----------------------------------------------------------------------------------------------- CUDA only
 
 @needs_cuda
-@needs_check
 def test_cuda_tasks_equal_cpu(tasks):
     trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
     cpu = neural_batched.fit_tasks(pretrained64("GRU-P"), trains, n_epoch=16)
@@ -238,7 +231,6 @@ def test_cuda_tasks_equal_cpu(tasks):
 
 
 @needs_cuda
-@needs_check
 def test_cuda_run_equals_cpu_run(tmp_path):
     cpu = run_rows(tmp_path, "cpu", algo="GRU-P", data=CHECK, batch_users=2, device="cpu")
     gpu = run_rows(tmp_path, "cuda", algo="GRU-P", data=CHECK, device="cuda")

@@ -18,7 +18,6 @@ from models.base import ReviewData
 from models.kernel_math import mish, mish_and_grad, softplus, softplus_grad
 from models.nn17 import NN17Net
 from models.nn17_kernels import N_PARAMS
-from check_users import needs_check
 from test_neural import fit_in_torch, per_target, seeded_net
 
 torch.set_num_threads(1)
@@ -138,7 +137,6 @@ def case(name, request):
     return seeded_net(NN17Net, seed=7), data
 
 
-@needs_check
 @pytest.mark.parametrize("name", CASES)
 def test_predictions_equal_per_target(name, request):
     net, data = case(name, request)
@@ -147,7 +145,6 @@ def test_predictions_equal_per_target(name, request):
     np.testing.assert_allclose(got, per_target_p(net, data), rtol=0, atol=1e-9)
 
 
-@needs_check
 @pytest.mark.parametrize("name", CASES)
 def test_gradients_equal_autograd_per_target(name, request):
     net, data = case(name, request)
@@ -159,7 +156,6 @@ def test_gradients_equal_autograd_per_target(name, request):
         assert np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
 
 
-@needs_check
 def test_clamp_case_puts_every_clamp_to_work(user8):
     """The `_clamps` cases above are only worth something if the torch path clamps there: every box of NN17Net
     (first's S0, R_t, ExpActivation's r_w, S_r, PLS, S') is left on each side it can be left, and S0 = 0.01 sits
@@ -178,7 +174,6 @@ def test_clamp_case_puts_every_clamp_to_work(user8):
 
 # ----------------------------------------------------------------------------------------------- the whole fit
 
-@needs_check
 def test_compiled_fit_equals_torch_adam_loop(user8):
     """NN-17's whole fine-tune in one compiled call equals fit_cards's recipe stepped in torch: the same groups of
     whole cards per epoch (randperm on a generator seeded 2023), torch.optim.Adam (no weight decay) and

@@ -5,7 +5,6 @@ or from the straightforward single online pass upstream runs, never from the mod
 users must reproduce upstream's own per-user sizes and metrics to 1e-6.
 """
 
-import json
 import math
 from pathlib import Path
 
@@ -23,13 +22,11 @@ from models.baselines import MovingAvg, RMSEBinsExploit, _exploit, first_test_ca
 from models.ebisu_v2 import EbisuV2, update_recall
 from models.sm2 import SM2, upstream_card_join_mask
 from runner import evaluate_user, read_results, run
+from check_users import CHECK, UPSTREAM
 from revlog_factory import make_revlog, write_user
 from split import time_series_folds
 
 REPO = Path(__file__).resolve().parents[1]
-UPSTREAM_CHECK = Path("/work/shared/data/upstream-check")
-if not UPSTREAM_CHECK.exists():
-    UPSTREAM_CHECK = REPO.parent / "shared" / "data" / "upstream-check"
 METRICS = ("RMSE", "LogLoss", "RMSE(bins)", "AUC", "ICI")
 
 
@@ -243,12 +240,10 @@ def test_runner_restricts_sm2_targets(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- upstream-check
 
-@pytest.mark.skipif(not UPSTREAM_CHECK.exists(), reason="upstream-check data not available")
 @pytest.mark.parametrize("algo", ["SM2", "Ebisu-v2", "RMSE-BINS-EXPLOIT"])
 def test_upstream_check_exact(algo):
-    expected = json.loads((UPSTREAM_CHECK / "upstream-results.json").read_text())[algo]
-    for user, ref in expected.items():
-        out = evaluate_user(int(user), RunConfig(algo=algo, processes=1), UPSTREAM_CHECK)
+    for user, ref in UPSTREAM[algo].items():
+        out = evaluate_user(int(user), RunConfig(algo=algo, processes=1), CHECK)
         assert out.error is None and out.record is not None, out.error
         assert out.record["size"] == ref["size"], (user, out.record["size"], ref["size"])
         for m in METRICS:
