@@ -362,3 +362,97 @@ def calibration_plot(raw_path: Path, out_dir: Path, *, user: int | None = None, 
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One collection's page (report.py): calibration of every model, head to head, per-user spread
+
+
+def calibration_grid(cals: dict[str, dict], path: Path, title: str) -> Path:
+    """Small multiples, one calibration plot per model on the same axes: measured vs predicted recall per bin, the
+    reviews per bin as bars along the bottom (tallest = the bin with most reviews, its count written), MAE and RMSE
+    written on each. `cals`: name → calibration_bins. Shared axes and no per-plot layout pass keep 45 models fast."""
+    names = list(cals)
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 2.7 * rows + 0.6), dpi=100, squeeze=False,
+                             sharex=True, sharey=True)
+    for ax, name in zip(axes.ravel(), names):
+        cal = cals[name]
+        ax.bar(cal["left"], 0.3 * cal["count"] / cal["count"].max(), width=cal["width"], align="edge",
+               color="#9ecae1", alpha=0.6)
+        ax.plot([0, 1], [0, 1], "--", color="#ff7f0e", linewidth=1.2)
+        ax.plot(cal["mean_p"], cal["mean_y"], "-o", color="#08519c", linewidth=1.6, markersize=3)
+        ax.set_title(name, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.text(0.04, 0.96, f"MAE {cal['mae']:.1%}\nRMSE {cal['rmse']:.1%}\nbar max {int(cal['count'].max()):,}",
+                transform=ax.transAxes, va="top", fontsize=7.5,
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="#bbbbbb", alpha=0.9))
+    axes[0, 0].set_xlim(0, 1)
+    axes[0, 0].set_ylim(0, 1)
+    for ax in axes.ravel()[len(names):]:
+        ax.axis("off")
+    fig.supxlabel("Predicted probability of recall (bins of 5%); bars: reviews per bin", fontsize=10)
+    fig.supylabel("Measured recall", fontsize=10)
+    fig.suptitle(title, fontsize=12)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.6 / (2.7 * rows + 0.6) + 0.04, top=1 - 0.5 / (2.7 * rows + 0.6),
+                        wspace=0.08, hspace=0.3)
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def calibration_overlay(cals: dict[str, dict], path: Path, title: str) -> Path:
+    """Two (or more) models' calibration curves on one plot, with the perfect diagonal."""
+    fig, ax = plt.subplots(figsize=(6.5, 5.5), dpi=110)
+    ax.plot([0, 1], [0, 1], "--", color="#888888", linewidth=1.2, label="perfect calibration")
+    for (name, cal), color in zip(cals.items(), ["#1565c0", "#c62828", "#2e7d32", "#6a1b9a"]):
+        ax.plot(cal["mean_p"], cal["mean_y"], "-o", color=color, linewidth=2, markersize=4,
+                label=f"{name} (off by {cal['mae']:.1%} on average)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("Predicted probability of recall")
+    ax.set_ylabel("Measured recall")
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def head_to_head_plot(share: np.ndarray, names: list[str], path: Path, title: str) -> Path:
+    """Heat map of `share[a, b]`: % of resamples in which row model a's Log Loss is lower than column model b's."""
+    m = len(names)
+    fig, ax = _matrix_figure(m)
+    cmap = LinearSegmentedColormap.from_list("h2h", ["#c62828", "#f4a582", "#f7f7f7", "#92c5de", "#1565c0"])
+    im = ax.imshow(np.ma.masked_invalid(share), cmap=cmap.with_extremes(bad="#e0e0e0"), vmin=0, vmax=100)
+    for a in range(m if m <= 24 else 0):  # beyond 24 models the numbers would not be legible: colours only
+        for b in range(m):
+            if a != b:
+                val = share[a, b]
+                ax.text(b, a, f"{val:.0f}", ha="center", va="center", fontsize=_cell_font(m),
+                        color="white" if (val < 12 or val > 88) else "black")
+    _label_axes(ax, names, title)
+    cbar = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    cbar.set_label("% of card resamples where the row model's Log Loss is lower", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def distribution_plot(logloss: np.ndarray, names: list[str], path: Path) -> Path:
+    """Per-user Log Loss of every model (users × models), one box per model, best median first."""
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.5), dpi=110)
+    ax.boxplot([logloss[:, k] for k in range(len(names))], orientation="horizontal", showfliers=True)
+    ax.set_yticks(range(1, len(names) + 1))
+    ax.set_yticklabels(names, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("Log Loss per collection (lower is better)")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)

@@ -66,6 +66,7 @@ import shutil
 import sqlite3
 import sys
 import tempfile
+import time
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -384,8 +385,27 @@ def convert_collection(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFr
     return _convert(settings, revlog, cards, decks)
 
 
+class Notes(list):
+    """The conversion's notes (lines of text), and in `dropped` how many revlog entries each rule removed (keys and
+    wording: DROPPED) and in `dates` the span of the kept reviews, for a report that explains where a collection's
+    reviews went."""
+
+    def __init__(self):
+        super().__init__()
+        self.dropped: dict[str, int] = {}
+        self.dates: list[str] | None = None  # first and last review kept, UTC
+
+
+DROPPED = {
+    "manual": "manual entry (set due date, reschedule, forget: no answer button)",
+    "cram": "filtered-deck review that did not reschedule",
+    "reset": "before the card's last reset (its history restarts)",
+    "incomplete": "card whose history does not start with learning",
+}
+
+
 def _convert(settings, revlog, cards, decks):
-    notes: list[str] = []
+    notes = Notes()
     if len(revlog) == 0:
         raise ConversionError("no reviews (the revlog table is empty)")
     three, note = detect_three_button(settings, revlog)
@@ -396,7 +416,10 @@ def _convert(settings, revlog, cards, decks):
     if len(df) == 0:
         raise ConversionError(f"no reviews: all {len(revlog)} revlog entries are manual/rescheduling entries "
                               "without an answer button")
-    df = df[~((df["type"] == 3) & (df["factor"] == 0))].copy()
+    notes.dropped["manual"] = len(revlog) - len(df)
+    cram = ((df["type"] == 3) & (df["factor"] == 0)).to_numpy()
+    notes.dropped["cram"] = int(cram.sum())
+    df = df[~cram].copy()
     if three:
         learn = df["type"].isin([0, 2]) & df["ease"].isin([2, 3])
         df.loc[learn, "ease"] = df.loc[learn, "ease"] + 1
@@ -414,12 +437,15 @@ def _convert(settings, revlog, cards, decks):
     start_pos = np.where(start, np.arange(len(df)), -1)
     last_start = pd.Series(start_pos).groupby(cid).transform("max").to_numpy()
     keep = np.arange(len(df)) >= last_start
+    notes.dropped["reset"] = int((~keep).sum())
     df = df[keep].reset_index(drop=True)
     cid = df["cid"].to_numpy()
     first = np.ones(len(df), dtype=bool)
     first[1:] = cid[1:] != cid[:-1]
     good_cards = df.loc[first & (df["type"] == 0).to_numpy(), "cid"]
+    before = len(df)
     df = df[df["cid"].isin(good_cards)].reset_index(drop=True)
+    notes.dropped["incomplete"] = before - len(df)
     if len(df) == 0:
         raise ConversionError("no usable reviews (no card has a review history that starts with learning)")
     cid = df["cid"].to_numpy()
@@ -429,6 +455,7 @@ def _convert(settings, revlog, cards, decks):
     boundary, rule = day_boundary_seconds(settings)
     notes.append(rule)
     secs = df["id"].to_numpy() // 1000
+    notes.dates = [time.strftime("%Y-%m-%d", time.gmtime(int(x))) for x in (secs.min(), secs.max())]
     # next rollover strictly after the last review, then whole days towards zero (Anki backend arithmetic)
     last = int(secs.max())
     next_day_at = last - ((last - boundary) % DAY_SECS) + DAY_SECS

@@ -67,9 +67,22 @@ def _run_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return total - before[run_offset]
 
 
+# Why a review is not a target, in the order the steps below remove them (`accounting` of build_features).
+NOT_TARGETS = {
+    "rating": "rating outside 1-4 (a manual entry)",
+    "cap": "beyond the card's first 128 reviews",
+    "same_day": "same-day review (one per card per day is predicted)",
+    "first": "first review of a card (no history to predict from)",
+    "outlier": "outlier filter (a rare first interval)",
+    "gap": "after a removed review (the card is cut at the gap)",
+}
+
+
 def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
-                   partition: np.ndarray | None = None) -> ReviewData:
-    """All target rows of one user. Raises NotEnoughData when fewer than 6 remain."""
+                   partition: np.ndarray | None = None, accounting: dict | None = None) -> ReviewData:
+    """All target rows of one user. Raises NotEnoughData when fewer than 6 remain. `accounting`, when given, is
+    filled with the number of reviews each step removed (keys of NOT_TARGETS) and "targets"."""
+    counts = {} if accounting is None else accounting
     n = len(revlogs)
     card = revlogs["card_id"].to_numpy(np.int64)
     rating = revlogs["rating"].to_numpy(np.int64)
@@ -81,6 +94,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     # 1. Stable sort by (card, time); 2. keep ratings 1-4; 3. optional two-button mapping.
     order = np.argsort(card, kind="stable")  # rows are in time order, so a stable sort keeps time within a card
     order = order[(rating[order] >= 1) & (rating[order] <= 4)]
+    counts["rating"] = n - len(order)
     r = rating[order]
     if fcfg.two_buttons:
         r = np.where((r == 2) | (r == 4), 3, r)
@@ -88,9 +102,11 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
 
     # 4. Keep each card's first 2*max_seq_len valid reviews (same-day ones included in the count).
     keep = _cumcount(_group_starts(c)) < 2 * fcfg.max_seq_len
+    counts["cap"] = int((~keep).sum())
     # 6. Without same-day histories: one review per card per day (drop elapsed_days == 0).
     if not fcfg.short:
         keep &= e != 0
+    counts["same_day"] = len(keep) - counts["cap"] - int(keep.sum())
     order, r, c, e = order[keep], r[keep], c[keep], e[keep]
 
     # The kept sequences are what histories index into.
@@ -112,6 +128,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     # 9. Candidate rows: long-term reviews plus each card's first review (same-day repeats are never targets).
     cand = (delta_t != 0) | (pos == 0) if fcfg.short else np.ones(len(c), dtype=bool)
     idx = np.flatnonzero(cand)
+    counts["same_day"] += len(cand) - len(idx)
     c_c, e_c, dt_c = c[idx], e[idx], delta_t[idx]
     # 10. i = 1 + number of long-term reviews so far (including this one).
     i = 1 + _run_cumsum((e_c > 0).astype(np.int64), _group_starts(c_c))
@@ -119,12 +136,16 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     # 11. Outlier filter on the first long-term reviews, then cut each card at its first gap in i.
     group_rating = rating[order][seq_start] if fcfg.outliers_by_recorded_rating else first_rating
     drop = _outlier_mask(group_rating[idx], dt_c, i == 2)
+    counts["outlier"] = int(drop.sum())
     idx, c_c, dt_c, i = idx[~drop], c_c[~drop], dt_c[~drop], i[~drop]
     cstarts = _group_starts(c_c)
     gap = np.zeros(len(i), dtype=bool)
     gap[1:] = (i[1:] - i[:-1] != 1) & ~cstarts[1:]
     broken = _run_cumsum(gap.astype(np.int64), cstarts) > 0
     ok = ~broken & (dt_c > 0)  # 12. targets: delta_t > 0
+    counts["first"] = int((dt_c <= 0).sum())
+    counts["gap"] = int((broken & (dt_c > 0)).sum())
+    counts["targets"] = int(ok.sum())
     idx, i = idx[ok], i[ok]
 
     if len(idx) < MIN_ROWS:

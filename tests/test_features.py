@@ -160,3 +160,20 @@ def test_upstream_check_sizes():
         df = load_revlogs(CHECK, int(user))
         for fcfg in (DAY, SHORT):
             assert evaluated_size(len(build_features(df, fcfg))) == res["size"]
+
+
+@pytest.mark.parametrize("fcfg", [DAY, SHORT], ids=["day", "short"])
+def test_accounting_names_where_every_review_went(fcfg):
+    """25 plain cards (first interval 2 days), card A with a same-day repeat, card B whose rare first interval (50
+    days) the outlier rule drops, so its next review is cut at the gap, and one manual entry (rating 0)."""
+    plain = [[(0, 3), (2, 3), (6, 3)] for _ in range(25)]
+    card_a = [(0, 3), (0, 3), (2, 3), (6, 1)]
+    card_b = [(0, 3), (50, 3), (55, 3)]
+    df = make_revlog(plain + [card_a, card_b])
+    manual = df.iloc[[-1]].assign(rating=0, day_offset=100)
+    df = pd.concat([df, manual], ignore_index=True)
+    counts = {}
+    data = build_features(df, fcfg, accounting=counts)
+    assert counts == {"rating": 1, "cap": 0, "same_day": 1, "first": 27, "outlier": 1, "gap": 1,
+                      "targets": 25 * 2 + 2}
+    assert counts["targets"] == len(data) and sum(counts.values()) == len(df)
