@@ -375,8 +375,9 @@ def calibration_grid(cals: dict[str, dict], path: Path, title: str) -> Path:
     names = list(cals)
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 2.7 * rows + 0.6), dpi=100, squeeze=False,
-                             sharex=True, sharey=True)
+    height = 2.7 * rows + 1.0  # inches: the plots and a margin for the title and the axis label
+    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, height), dpi=100, squeeze=False, sharex=True,
+                             sharey=True)
     for ax, name in zip(axes.ravel(), names):
         cal = cals[name]
         ax.bar(cal["left"], 0.3 * cal["count"] / cal["count"].max(), width=cal["width"], align="edge",
@@ -395,8 +396,7 @@ def calibration_grid(cals: dict[str, dict], path: Path, title: str) -> Path:
     fig.supxlabel("Predicted probability of recall (bins of 5%); bars: reviews per bin", fontsize=10)
     fig.supylabel("Measured recall", fontsize=10)
     fig.suptitle(title, fontsize=12)
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.6 / (2.7 * rows + 0.6) + 0.04, top=1 - 0.5 / (2.7 * rows + 0.6),
-                        wspace=0.08, hspace=0.3)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.55 / height, top=1 - 0.6 / height, wspace=0.08, hspace=0.3)
     fig.savefig(path)
     plt.close(fig)
     return Path(path)

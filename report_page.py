@@ -221,7 +221,8 @@ def single(inputs, names, runs, params, args, sections, data) -> str:
     s = Section("Calibration")
     s.p("For every model: its predictions grouped in bins of 5% (x), against the share of those reviews you "
         "actually recalled (y). A perfect model lies on the dashed diagonal. Bars: reviews per bin (right axis).")
-    s.img(analysis.calibration_grid(cals, img / "calibration.png", f"Calibration on {facts['name']}"),
+    s.img(analysis.calibration_grid({_label(n): cals[n] for n in order}, img / "calibration.png",
+                                    f"Calibration on {facts['name']}"),
           "calibration of every model")
     if ANKI_DEFAULT in cals and ANKI_DEFAULT != order[0]:
         s.img(analysis.calibration_overlay({_label(order[0]): cals[order[0]], _label(ANKI_DEFAULT): cals[ANKI_DEFAULT]},
@@ -301,7 +302,8 @@ def several(inputs, names, runs, params, args, sections, data) -> str:
     if cals:
         s = Section("Calibration")
         s.p("Every model's predictions over all collections pooled, in bins of 5%, against measured recall.")
-        s.img(analysis.calibration_grid(cals, img / "calibration.png", "Calibration, all collections pooled"),
+        s.img(analysis.calibration_grid({_label(n): c for n, c in cals.items()}, img / "calibration.png",
+                                        "Calibration, all collections pooled"),
               "calibration of every model")
         sections.append(s)
     data["ranking"] = [{"model": n, "label": _label(n), "weighted LogLoss": weighted[n],
