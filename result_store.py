@@ -1,15 +1,41 @@
 """The result files: `result/<name>.jsonl` (and `raw/<name>.jsonl`), one JSON line per finished user.
 
-Each finished user is appended as one complete line (a single
+Only the run that holds a file's lock writes it. Each finished user is appended as one complete line (a single
 write, flushed and fsynced), so a run killed at any instant loses at most the users in flight; a torn last line
-from such a kill is dropped by the rewrite at the next start.
+from such a kill is dropped by the rewrite at the next start. The lock (`<file>.lock`, an flock held for the whole
+run) keeps a second run off the file: without it two runs both compute the same users, and the closing rewrite of
+one drops a line the other appended between its read and its replace. The kernel releases the lock when its holder
+dies, even by kill -9, so a lock file left behind blocks nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
+
+from data_loader import DataError
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold `path`'s lock for the block, or raise DataError (exit 2) naming the run that holds it."""
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise DataError(f"{path} is being written by another run (pid {holder}); wait for it to end, or give "
+                            f"this run another --result-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)  # the lock file itself stays: deleting it would race a newcomer
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def read_results(path: Path) -> tuple[list[dict], int]:

@@ -1,15 +1,16 @@
 """The run loop shared by `script.py`, `other.py` and `run_table.py`: every user of a config not yet in its
 result file, on an executor, each outcome written as it comes back.
 
-Where things live (docs/architecture.md): one user's pipeline in pipeline.py, the result files in
+Where things live (docs/architecture.md): one user's pipeline in pipeline.py, the result files and their lock in
 result_store.py, the local process pool (per-user and batched, surviving dead workers) in local_pool.py, the Dask
-executor in dask_executor.py. This module wires them: it checks the flags, picks the
+executor in dask_executor.py. This module wires them: it checks the flags, takes the result file's lock, picks the
 users (largest first when they run in parallel), hands them to an executor and writes each outcome; the names
 other code imports from here (run, main, evaluate_user, read_results, ...) stay importable from here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from data_loader import DataError, list_user_ids, resolve_data_root, review_coun
 from local_pool import MAX_WORKER_DEATHS, device_slots, run_pool
 from pipeline import (PreparedUser, UserOutcome, evaluate_chunk, evaluate_user, finish_user, fit_predict_fold, log,
                       prepare_user)
-from result_store import append_line, read_results, rewrite_sorted
+from result_store import append_line, locked, read_results, rewrite_sorted
 
 __all__ = ["run", "main", "RunSummary", "per_user_reason", "UserOutcome", "PreparedUser", "prepare_user",
            "fit_predict_fold", "finish_user", "evaluate_user", "evaluate_chunk", "read_results", "append_line",
@@ -29,6 +30,7 @@ __all__ = ["run", "main", "RunSummary", "per_user_reason", "UserOutcome", "Prepa
 
 @dataclass
 class RunSummary:
+    """What a run did: users done now, skipped (too little data) and failed (user → reason), and already done."""
     done: int = 0
     skipped: dict = field(default_factory=dict)
     failed: dict = field(default_factory=dict)
@@ -54,7 +56,8 @@ def per_user_reason(cfg: RunConfig) -> str | None:
 
 def run(cfg: RunConfig, client=None) -> RunSummary:
     """Run every user of `cfg` not yet in its result file. `client`: an open distributed.Client to reuse with
-    `--executor dask` (run_table.py runs every row on one cluster); by default one is made for this run."""
+    `--executor dask` (run_table.py runs every row on one cluster); by default one is made for this run.
+    Another run writing the same result file is a DataError (exit 2) before any work."""
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
     builtin = getattr(models.model_class(cfg.algo), "builtin_flags", ())
@@ -72,10 +75,14 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     raw_path = cfg.raw_dir / f"{cfg.name}.jsonl"
     if cfg.raw:
         cfg.raw_dir.mkdir(parents=True, exist_ok=True)
-    return _run_locked(cfg, root, slots, result_path, raw_path, client)
+    with contextlib.ExitStack() as held:  # from the opening rewrite to the closing one: no other run on these files
+        for path in [result_path] + ([raw_path] if cfg.raw else []):
+            held.enter_context(locked(path))
+        return _run_locked(cfg, root, slots, result_path, raw_path, client)
 
 
 def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, client) -> RunSummary:
+    """The run once its files are this process's: resume, pick the users, run them, write each outcome."""
     from tqdm import tqdm
 
     dropped = rewrite_sorted(result_path)
@@ -125,7 +132,7 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
 
     bar = tqdm(total=len(todo), desc=cfg.name, unit="user", disable=cfg.quiet or not todo, file=sys.stderr)
     try:
-        if cfg.executor == "dask" and not batched and todo:
+        if cfg.executor == "dask" and todo:  # (never batched: per_user_reason)
             run_dask(cfg, root, todo, handle, bar, client)
         elif batched:
             k = cfg.users_per_chunk
