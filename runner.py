@@ -69,7 +69,6 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
         raise DataError("--batch-users must be at least 1")
     slots = device_slots(cfg)
     root, where = resolve_data_root(cfg.data)
-    print(where, file=sys.stderr)
     cfg.result_dir.mkdir(parents=True, exist_ok=True)
     result_path = cfg.result_dir / f"{cfg.name}.jsonl"
     raw_path = cfg.raw_dir / f"{cfg.name}.jsonl"
@@ -78,6 +77,7 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     with contextlib.ExitStack() as held:  # from the opening rewrite to the closing one: no other run on these files
         for path in [result_path] + ([raw_path] if cfg.raw else []):
             held.enter_context(locked(path))
+        print(where, file=sys.stderr)
         return _run_locked(cfg, root, slots, result_path, raw_path, client)
 
 
