@@ -207,11 +207,12 @@ def run_pool(cfg: RunConfig, root, chunks: list[list[int]], handle, bar, slots: 
             if not lost:
                 break
             blamed = _dead_workers(procs, marker_dir)
-            retry = []
+            retry, charged = [], False
             for chunk in lost:
                 if not any(u in blamed for u in chunk):
-                    retry.append(chunk)  # not running when the pool broke: resubmitted as it was
+                    retry.append(chunk)  # queued, or on a worker the executor stopped: resubmitted as it was
                     continue
+                charged = True
                 for user in chunk:  # each user alone from now on, so that only the one that kills is charged again
                     deaths.setdefault(user, []).append(blamed.get(user, "unknown exit status"))
                     if len(deaths[user]) >= MAX_WORKER_DEATHS:
@@ -219,7 +220,7 @@ def run_pool(cfg: RunConfig, root, chunks: list[list[int]], handle, bar, slots: 
                     else:
                         log(f"user {user}: its worker died ({deaths[user][-1]}); retrying it on a fresh worker")
                         retry.append([user])
-            fruitless = 0 if (handled or any(u in blamed for c in lost for u in c)) else fruitless + 1
+            fruitless = 0 if (handled or charged) else fruitless + 1
             pending = retry
             if fruitless >= 3:  # e.g. workers that die before running anything: do not loop for ever
                 report(UserOutcome(user, error="the process pool broke 3 times in a row without finishing or "
