@@ -49,7 +49,7 @@ class RunConfig:
     raw_dir: Path = REPO_ROOT / "raw"
     evaluation_dir: Path = REPO_ROOT / "evaluation"
     quiet: bool = False
-    executor: str = "local"  # local: process pool on this machine; dask: a Dask cluster (runner._run_dask)
+    executor: str = "local"  # local: process pool on this machine; dask: a Dask cluster (dask_executor.run_dask)
     scheduler: str | None = None  # with executor dask: tcp://host:8786; None starts a LocalCluster on loopback
     device: str = "cpu"  # cpu | cuda | cuda:N (docs/gpu.md); the result file name does not depend on it
     gpus: str | None = None  # "0,1" or "all": one worker per CUDA device, chunks of users go to the next free one

@@ -128,6 +128,7 @@ def overhead(args) -> None:
 
 def project(args) -> None:
     import rows
+    import local_pool
     import runner
     from config import RunConfig
 
@@ -143,7 +144,7 @@ def project(args) -> None:
               f"projection to {FULL_USERS:,} users / {FULL_REVIEWS:,} reviews", flush=True)
         print("| row | a (ms per user) | b (ms per 1k reviews) | largest user: reviews, CPU s | CPU-hours, 10k users |")
         print("|---|---|---|---|---|")
-        runner._init_worker(1)
+        local_pool.init_worker(1)
         base = RunConfig(data=data, processes=1, quiet=True)
         for row in selected:
             cfg = rows.config_for(row, base)

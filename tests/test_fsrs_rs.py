@@ -12,6 +12,7 @@ import pytest
 from sklearn.metrics import log_loss
 
 import models
+import pipeline
 import runner
 from config import ALWAYS_SHORT, RunConfig, build_parser, config_from_args
 from data_loader import load_revlogs
@@ -180,7 +181,7 @@ def test_inadequate_training_data_falls_back_to_defaults():
         FSRSRs(rs_cfg()).fit(no_s0)
     with pytest.raises(InadequateData):
         FSRSRs(rs_cfg()).fit(data.subset(np.array([], dtype=np.int64)))
-    model = runner._fit_partition(rs_cfg(), no_s0, no_s0)
+    model = pipeline._fit_partition(rs_cfg(), no_s0, no_s0)
     assert model.w == list(DEFAULT_W)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import pipeline
 import runner
 from check_users import CHECK
 import training
@@ -162,7 +163,7 @@ def test_run_batched_equals_per_user_and_is_deterministic(tmp_path, monkeypatch,
     if not Path(data).exists():
         pytest.skip(f"{data} not present")
     per_user = run_rows(tmp_path, "per-user", algo=algo, data=data, **flags)
-    monkeypatch.setattr(runner, "evaluate_user", no_per_user_fallback)
+    monkeypatch.setattr(pipeline, "evaluate_user", no_per_user_fallback)
     batched = run_rows(tmp_path, "batched", algo=algo, data=data, batch_users=3, device="cpu", **flags)
     assert batched == run_rows(tmp_path, "again", algo=algo, data=data, batch_users=3, device="cpu", **flags)
     assert [r["user"] for r in batched] == [r["user"] for r in per_user] and len(batched) >= 2

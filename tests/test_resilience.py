@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
+import local_pool
+import pipeline
 import runner
 from config import EMBEDDED_DATA, RunConfig
 from data_loader import list_user_ids, review_counts
@@ -64,9 +66,9 @@ def test_review_counts_come_from_parquet_metadata_and_users_go_largest_first(tmp
     assert counts == {1: 30, 2: 120, 3: 75}
 
     seen = {}
-    monkeypatch.setattr(runner, "_run_local_pool", lambda cfg, root, todo, handle, bar: seen.setdefault("todo", todo))
+    monkeypatch.setattr(runner, "run_pool", lambda cfg, root, chunks, *args, **kw: seen.setdefault("todo", chunks))
     runner.run(cfg_for(tmp_path, data=root))
-    assert seen["todo"] == [2, 3, 1]
+    assert seen["todo"] == [[2], [3], [1]]
 
 
 # ------------------------------------------------------------------------------------------------ local pool
@@ -75,7 +77,7 @@ def test_kill_minus_9_of_a_pool_worker_costs_only_a_retry(tmp_path, monkeypatch,
     """kill -9 of the worker running user 1, from outside: user 1 is retried on a new pool, every user gets exactly
     one line, identical to the single-process run, and the run succeeds."""
     flag = tmp_path / "user1-first-attempt.pid"
-    original = runner.evaluate_user
+    original = pipeline.evaluate_user
 
     def slow_first_attempt(user, cfg, root):
         if user == 1:
@@ -89,7 +91,7 @@ def test_kill_minus_9_of_a_pool_worker_costs_only_a_retry(tmp_path, monkeypatch,
                 time.sleep(60)  # killed long before this ends
         return original(user, cfg, root)
 
-    monkeypatch.setattr(runner, "evaluate_user", slow_first_attempt)
+    monkeypatch.setattr(pipeline, "evaluate_user", slow_first_attempt)
 
     killed = {}
 
@@ -117,7 +119,7 @@ def test_kill_minus_9_of_a_pool_worker_costs_only_a_retry(tmp_path, monkeypatch,
 
 def test_a_user_that_always_kills_its_worker_is_reported_and_the_exit_code_says_so(tmp_path, monkeypatch, capsys,
                                                                                      reference):
-    original = runner.evaluate_user
+    original = pipeline.evaluate_user
     attempts = tmp_path / "attempts"
     attempts.mkdir()
 
@@ -127,7 +129,7 @@ def test_a_user_that_always_kills_its_worker_is_reported_and_the_exit_code_says_
             os.kill(os.getpid(), signal.SIGKILL)
         return original(user, cfg, root)
 
-    monkeypatch.setattr(runner, "evaluate_user", deadly_user_2)
+    monkeypatch.setattr(pipeline, "evaluate_user", deadly_user_2)
     code = runner.main(["--model", "AVG", "--data", str(EMBEDDED_DATA), "--processes", "2", "--quiet",
                         "--result-dir", str(tmp_path / "result")], "test", "AVG", None)
     assert code == 1
@@ -144,18 +146,91 @@ def test_workers_that_die_before_running_anything_do_not_loop_for_ever(tmp_path,
     def broken_start(threads):
         os._exit(3)
 
-    monkeypatch.setattr(runner, "_init_worker", broken_start)
+    monkeypatch.setattr(local_pool, "init_worker", broken_start)
     summary = runner.run(cfg_for(tmp_path))
     assert summary.exit_code == 1 and sorted(summary.failed) == [1, 2, 3, 4]
     assert all("broke 3 times in a row" in msg for msg in summary.failed.values())
     assert not (tmp_path / "result" / "AVG.jsonl").exists() or result_lines(tmp_path / "result" / "AVG.jsonl") == []
 
 
+def copies_of_embedded(root: Path, n_users: int) -> Path:
+    """Users 1..n_users, user u a copy of embedded user (u - 1) % 4 + 1 (user 4 and its copies are skipped)."""
+    import shutil
+
+    for user in range(1, n_users + 1):
+        source = EMBEDDED_DATA / "revlogs" / f"user_id={(user - 1) % 4 + 1}"
+        shutil.copytree(source, root / "revlogs" / f"user_id={user}")
+    return root
+
+
+def test_batched_pool_survives_kill_minus_9_and_reports_the_user_that_kills_its_worker(tmp_path, monkeypatch):
+    """--batch-users 2 on two worker processes, the batched path's own pool: the worker running user 1's chunk is
+    killed (kill -9 from the test) on its first attempt, and user 2 kills every worker that prepares it. The run
+    goes on: user 2 is reported after MAX_WORKER_DEATHS deaths, exit code 1, every other user has exactly one line,
+    as in the same run in one process. (Largest first: the chunks are [1, 5], [2, 6], [3, 7], [4, 8]; user 2 waits
+    for user 1's kill, so each death is one worker's; user 6, user 2's chunk-mate, is retried alone.)"""
+    data = copies_of_embedded(tmp_path / "data", 8)
+    kw = dict(algo="GRU", data=data, batch_users=2, device="cpu")
+    assert runner.run(cfg_for(tmp_path / "here", processes=1, **kw)).exit_code == 0
+    here = {l["user"]: l for l in result_lines(tmp_path / "here" / "result" / "GRU.jsonl")}
+
+    flag = tmp_path / "user1-first-attempt.pid"
+    attempts = tmp_path / "user2-attempts"
+    attempts.mkdir()
+    original = pipeline.prepare_user
+
+    def prepare(user, cfg, root):
+        if user == 1:
+            try:
+                fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                pass  # the retry: run normally
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                time.sleep(60)  # killed long before this ends
+        if user == 2:
+            while not (tmp_path / "user1-killed").exists():
+                time.sleep(0.02)
+            (attempts / str(os.getpid())).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(user, cfg, root)
+
+    monkeypatch.setattr(pipeline, "prepare_user", prepare)
+    killed = {}
+
+    def killer():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if flag.exists() and flag.read_text():
+                pid = int(flag.read_text())
+                time.sleep(0.2)
+                os.kill(pid, signal.SIGKILL)
+                killed["pid"] = pid
+                (tmp_path / "user1-killed").touch()
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    summary = runner.run(cfg_for(tmp_path / "pool", processes=2, **kw))
+    t.join()
+    assert killed, "the worker running user 1 was never seen"
+    assert summary.exit_code == 1
+    assert summary.failed == {2: "worker killed, signal 9 (SIGKILL), twice — out of memory?"}
+    assert len(list(attempts.iterdir())) == runner.MAX_WORKER_DEATHS
+    lines = result_lines(tmp_path / "pool" / "result" / "GRU.jsonl")
+    assert sorted(l["user"] for l in lines) == [1, 3, 5, 6, 7]  # once each
+    for line in lines:
+        assert line["size"] == here[line["user"]]["size"]
+        assert abs(line["metrics"]["LogLoss"] - here[line["user"]]["metrics"]["LogLoss"]) <= 1e-4
+
+
 def test_death_reasons_in_words():
-    assert runner._death_reason(-9) == "signal 9 (SIGKILL)"
-    assert runner._death_reason(-11) == "signal 11 (SIGSEGV)"
-    assert runner._death_reason(3) == "exit code 3"
-    assert runner._death_message(["signal 11 (SIGSEGV)"] * 3) == "worker killed, signal 11 (SIGSEGV), 3 times"
+    assert local_pool._death_reason(-9) == "signal 9 (SIGKILL)"
+    assert local_pool._death_reason(-11) == "signal 11 (SIGSEGV)"
+    assert local_pool._death_reason(3) == "exit code 3"
+    assert local_pool._death_message(["signal 11 (SIGSEGV)"] * 3) == "worker killed, signal 11 (SIGSEGV), 3 times"
 
 
 # ------------------------------------------------------------------------------------------------------ Dask
@@ -216,12 +291,7 @@ def test_dask_worker_killed_mid_run(tmp_path, reference, dask_cluster):
     Eight users (5-8 are copies of 1-4): more than twice the workers' threads, so the scheduler queues the users and
     a worker holds only the one it is running, and a death counts against that user alone (with fewer users than
     that Dask hands each worker a second task, which a death would count against as well)."""
-    import shutil
-
-    data = tmp_path / "data"
-    for user in range(1, 9):
-        shutil.copytree(EMBEDDED_DATA / "revlogs" / f"user_id={(user - 1) % 4 + 1}",
-                        data / "revlogs" / f"user_id={user}")
+    data = copies_of_embedded(tmp_path / "data", 8)
     cfg = cfg_for(tmp_path, data=data, executor="dask", processes=2)
     dask_cluster.register_plugin(KillOnExecute(str(tmp_path), once={1}, always={2}), name="kill-on-execute")
     try:

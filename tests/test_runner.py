@@ -99,6 +99,53 @@ def test_run_killed_mid_way_loses_only_users_in_flight(tmp_path):
     assert bad == 0 and [l["user"] for l in lines] == list(range(1, 41))
 
 
+GATED_RUN = """
+import os, sys, time
+import pipeline, runner
+original = pipeline.evaluate_user
+def gated(user, cfg, root):
+    while user > 1 and not os.path.exists(sys.argv[1]):
+        time.sleep(0.02)  # user 1 done, the rest held until the test opens the gate
+    return original(user, cfg, root)
+pipeline.evaluate_user = gated
+sys.exit(runner.main(sys.argv[2:], "", "AVG", None))
+"""
+
+
+def test_a_second_run_on_the_same_result_file_is_refused_naming_the_first(tmp_path):
+    """Two real processes on one result file: the second (a mistaken second start, or a --users shard writing
+    into the same folder) refuses with one line naming the first run's pid, exit 2, and touches nothing; the first
+    ends with exactly one line per user; after it, the same command finds nothing left to do."""
+    root = tmp_path / "data"
+    for user in range(1, 6):
+        write_user(root, user, user_revlog(user, n_cards=40))
+    args = ["--model", "AVG", "--data", str(root), "--processes", "1", "--quiet", "--result-dir",
+            str(tmp_path / "result")]
+    gate = tmp_path / "gate"
+    first = subprocess.Popen([sys.executable, "-c", GATED_RUN, str(gate), *args], cwd=REPO, stderr=subprocess.PIPE,
+                             text=True)
+    path = tmp_path / "result" / "AVG.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (path.exists() and path.read_text().count("\n") == 1):
+        time.sleep(0.02)
+    assert path.read_text().count("\n") == 1, "the first run never wrote user 1"
+    second = subprocess.run([sys.executable, "other.py", *args, "--users", "1-5"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert second.returncode == 2
+    assert second.stderr.strip() == (f"error: {path} is being written by another run "
+                                                      f"(pid {first.pid}); wait for it to end, or give this run "
+                                                      f"another --result-dir")
+    assert path.read_text().count("\n") == 1  # the refused run wrote nothing
+    gate.touch()
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    lines, bad = read_results(path)
+    assert bad == 0 and [l["user"] for l in lines] == [1, 2, 3, 4, 5]
+    again = run_cli(root, tmp_path)
+    assert again.returncode == 0 and "0 user(s) to run, 5 already in" in again.stderr
+    assert read_results(path)[0] == lines
+
+
 def run_cli(root, tmp_path, *extra):
     cmd = [sys.executable, "other.py", "--model", "AVG", "--data", str(root), "--processes", "1", "--quiet",
            "--result-dir", str(tmp_path / "result"), *extra]

@@ -1,0 +1,180 @@
+"""The per-user pipeline: one user from revlogs to one result record.
+
+prepare_user (load → features → the model's target hook → TimeSeriesSplit folds), fit_predict_fold (a model per
+partition, fitted on the fold's train rows, predicting its test rows), finish_user (metrics and the record).
+evaluate_user chains them for one user; evaluate_chunk does the same for several users of a model with a batched
+trainer, every (user, fold) fine-tune in one batched pass (docs/gpu.md). Nothing here knows about processes or
+result files: the executors (local_pool.py, dask_executor.py) call these, runner.py writes what they return.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import metrics
+import models
+from config import RunConfig
+from data_loader import DataError, load_partitions, load_revlogs
+from features import FeatureConfig, NotEnoughData, build_features, history_strings
+from models.base import InadequateData, ReviewData
+from split import time_series_folds
+
+
+def log(msg: str) -> None:
+    """A line on stderr that does not break the progress bar."""
+    from tqdm import tqdm
+
+    tqdm.write(msg, file=sys.stderr)
+
+
+@dataclass
+class UserOutcome:
+    user: int
+    record: dict | None = None  # the result line; None when skipped or failed
+    raw: dict | None = None
+    table: pd.DataFrame | None = None  # test rows with p, for --file
+    skipped: str | None = None
+    error: str | None = None
+
+
+def _fit_partition(cfg: RunConfig, train: ReviewData, whole_train: ReviewData):
+    """Fit on one partition; fall back to the whole training split, then to default parameters (upstream order)."""
+    for data in ((train,) if len(train) == len(whole_train) else (train, whole_train)):
+        model = models.create(cfg)
+        try:
+            return model.fit(data)
+        except InadequateData:
+            continue
+    return models.create(cfg)  # unfitted: default parameters
+
+
+@dataclass
+class PreparedUser:
+    """A user after the steps every path shares: revlogs → features → the model's target hook → the folds."""
+    user: int
+    data: ReviewData
+    folds: list[tuple[np.ndarray, np.ndarray]]  # (train rows, test rows) per TimeSeriesSplit fold
+    warning: str | None
+    start: float  # perf_counter at the start, for time_ms
+
+    def splits(self):
+        """(train, test) data of each fold, made one at a time (a large user's subsets are not all held at once)."""
+        for tr, te in self.folds:
+            yield self.data.subset(tr), self.data.subset(te)
+
+
+def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | UserOutcome:
+    """The user's folds, or the outcome (skipped / error) that ends the user here."""
+    start = time.perf_counter()
+    try:
+        revlogs = load_revlogs(root, user_id)
+        part = load_partitions(root, user_id, cfg.partitions, revlogs["card_id"])
+        n_bad = int((~revlogs["rating"].isin([1, 2, 3, 4])).sum())
+        warning = f"dropped {n_bad} review(s) with a rating outside 1-4" if n_bad else None
+        data = build_features(revlogs, FeatureConfig.from_run(cfg), part)
+        # Optional model hook: the targets upstream's code path for this model evaluates, chosen before the split
+        # (e.g. SM2/Ebisu-v2 drop cards missing from the cards/decks tables; see models/sm2.py).
+        restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
+        if restrict is not None:
+            data = restrict(data, root, user_id)
+        folds = time_series_folds(len(data), cfg.n_splits)
+    except NotEnoughData as exc:
+        return UserOutcome(user_id, skipped=str(exc))
+    except DataError as exc:
+        return UserOutcome(user_id, error=str(exc).removeprefix(f"user {user_id}: "))
+    except Exception as exc:  # anything unexpected in a user's data
+        return UserOutcome(user_id, error=f"{type(exc).__name__}: {exc}")
+    return PreparedUser(user_id, data, folds, warning, start)
+
+
+def fit_predict_fold(cfg: RunConfig, train: ReviewData, test: ReviewData):
+    """The per-user path of one fold: a model per partition. Returns the predictions and test rows of each test
+    partition and the fitted models' parameters."""
+    fitted = {}
+    for p in pd.unique(train.rows["partition"]):
+        fitted[p] = _fit_partition(cfg, train.subset((train.rows["partition"] == p).to_numpy()), train)
+    p_parts, row_parts = [], []
+    for p in pd.unique(test.rows["partition"]):
+        part_test = test.subset((test.rows["partition"] == p).to_numpy())
+        model = fitted.get(p) or models.create(cfg)
+        p_parts.append(np.asarray(model.predict(part_test), dtype=np.float64))
+        row_parts.append(part_test.rows)
+    return p_parts, row_parts, {int(p): m.parameters() for p, m in fitted.items() if m.parameters() is not None}
+
+
+def finish_user(prep: PreparedUser, cfg: RunConfig, p_parts: list[np.ndarray], row_parts: list[pd.DataFrame],
+                last_params: dict, seconds: float | None = None) -> UserOutcome:
+    """Metrics and the result record from the test predictions of every fold (and the raw/--file extras).
+    `seconds`: the user's time when it was not measured from prep.start (users trained together share it)."""
+    p = np.concatenate(p_parts)
+    rows = pd.concat(row_parts, ignore_index=True)
+    record = {"metrics": metrics.evaluate(rows["y"].to_numpy(), p, rows), "user": int(prep.user),
+              "size": int(len(rows))}
+    if last_params:
+        record["parameters"] = {str(k): [round(float(x), 6) for x in v] for k, v in last_params.items()}
+    seconds = time.perf_counter() - prep.start if seconds is None else seconds
+    record["time_ms"] = round(seconds * 1000, 1)
+    if prep.warning:
+        record["warning"] = prep.warning
+    outcome = UserOutcome(prep.user, record=record)
+    if cfg.raw:
+        outcome.raw = {"user": int(prep.user), "p": [round(float(x), 4) for x in p],
+                       "y": [int(x) for x in rows["y"]]}
+    if cfg.file:
+        table = rows.drop(columns=["seq_start", "seq_pos"]).copy()
+        table["t_history"], table["r_history"] = history_strings(ReviewData(rows, prep.data.seq_delta_t,
+                                                                            prep.data.seq_rating))
+        table["p"] = p
+        outcome.table = table
+    return outcome
+
+
+def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
+    """Everything for one user; errors are returned, never raised, so one bad user cannot stop a run."""
+    prep = prepare_user(user_id, cfg, root)
+    if isinstance(prep, UserOutcome):
+        return prep
+    try:
+        p_parts, row_parts, last_params = [], [], {}
+        for train, test in prep.splits():
+            ps, rows, last_params = fit_predict_fold(cfg, train, test)  # the last fold's parameters are kept
+            p_parts += ps
+            row_parts += rows
+        return finish_user(prep, cfg, p_parts, row_parts, last_params)
+    except Exception as exc:
+        return UserOutcome(user_id, error=f"{type(exc).__name__}: {exc}")
+
+
+def evaluate_chunk(users: list[int], cfg: RunConfig, root: Path, device: str = "cpu") -> list[UserOutcome]:
+    """evaluate_user's phases for several users of a model with a batched trainer (models/neural_batched.py): each
+    user is prepared and finished as alone, and every (user, fold) fine-tune runs in one batched pass on `device`.
+    A user whose data fails is reported as evaluate_user reports it; if the batched pass itself fails, the chunk's
+    users are run one by one on the per-user path."""
+    from models import neural_batched
+
+    start = time.perf_counter()
+    preps = [prepare_user(u, cfg, root) for u in users]
+    ready = [p for p in preps if isinstance(p, PreparedUser)]
+    try:
+        preds = neural_batched.fit_predict(cfg, [s for p in ready for s in p.splits()], device) if ready else []
+    except Exception as exc:
+        log(f"batched pass over users {', '.join(str(p.user) for p in ready)} failed ({type(exc).__name__}: "
+             f"{exc}); running them one by one on the CPU")
+        return [p if isinstance(p, UserOutcome) else evaluate_user(p.user, cfg, root) for p in preps]
+    share = (time.perf_counter() - start) / max(1, len(ready))  # time_ms: an equal share of the chunk's time
+    outcomes = []
+    for p in preps:
+        if isinstance(p, PreparedUser):
+            mine, preds = preds[:len(p.folds)], preds[len(p.folds):]
+            try:
+                p = finish_user(p, cfg, mine, [p.data.rows.iloc[te] for _, te in p.folds], {}, seconds=share)
+            except Exception as exc:
+                p = UserOutcome(p.user, error=f"{type(exc).__name__}: {exc}")
+        outcomes.append(p)
+    return outcomes
