@@ -22,6 +22,24 @@ def test_split_sizes_12744():
     assert np.array_equal(tests, np.arange(12744 - 10620, 12744))
 
 
+def test_split_equals_sklearn_time_series_split():
+    from sklearn.model_selection import TimeSeriesSplit
+
+    for n_splits in (2, 5, 7):
+        for n_rows in range(n_splits + 1, 60):
+            ours = time_series_folds(n_rows, n_splits)
+            theirs = list(TimeSeriesSplit(n_splits=n_splits).split(np.arange(n_rows)))
+            assert len(ours) == len(theirs)
+            for (tr, te), (tr_ref, te_ref) in zip(ours, theirs):
+                assert np.array_equal(tr, tr_ref) and np.array_equal(te, te_ref)
+        for n_rows in range(0, n_splits + 1):  # too few rows: the same error as TimeSeriesSplit
+            with pytest.raises(ValueError) as ours:
+                time_series_folds(n_rows, n_splits)
+            with pytest.raises(ValueError) as theirs:
+                list(TimeSeriesSplit(n_splits=n_splits).split(np.arange(n_rows)))
+            assert str(ours.value) == str(theirs.value)
+
+
 def test_logloss_rmse_mbe_by_hand():
     y = np.array([1, 0, 1, 1])
     p = np.array([0.9, 0.2, 0.6, 0.99])
