@@ -179,3 +179,40 @@ def test_metrics_equal_sklearn_on_the_upstream_check_users():
             ours = metrics.evaluate(y, p, rows)
             theirs = _sklearn_metrics(y, p, rows)
             _assert_same(ours, {k: None if v is None else round(float(v), 6) for k, v in theirs.items()}, 0)
+
+
+def test_ici_equals_statsmodels_lowess():
+    """The compiled loop called as statsmodels' own lowess calls it: bit-equal, ties in p included."""
+    import warnings
+
+    from statsmodels.nonparametric.smoothers_lowess import lowess
+
+    rng = np.random.default_rng(7)
+    for ties in (False, True):
+        for n in (3, 10, 200, 3000):
+            y, p, _ = _random_case(rng, n, ties)
+            if p.max() == p.min():
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a window of tied x: 0/0 weights, in both
+                smoothed = lowess(y.astype(float), p, it=0, delta=0.01 * (p.max() - p.min()), return_sorted=False)
+                assert metrics.ici(y, p) == float(np.mean(np.abs(smoothed - p)))
+
+
+def test_a_run_imports_no_sklearn_scipy_or_torch():
+    """Start-up: the metrics, the split and the runner need numpy and pandas only (sklearn.metrics alone was ~0.8 s
+    per process, statsmodels' package chain ~0.4 s through scipy.linalg)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, numpy as np, pandas as pd, runner, metrics\n"
+            "y = np.array([1, 0, 1, 1]); p = np.array([0.9, 0.2, 0.6, 0.99])\n"
+            "rows = pd.DataFrame({'elapsed_days': [1, 3, 9, 30], 'i': [2, 3, 4, 5], 'rmse_bins_lapse': [0, 0, 1, 0]})\n"
+            "metrics.evaluate(y, p, rows)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'scipy', 'torch', 'numba', 'dask', "
+            "'matplotlib', 'statsmodels'}), 'statsmodels.tools' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    # statsmodels: its top package (for its version) and the lowess extension, not statsmodels.tools
+    assert out.stdout.split("\n")[0] == "['statsmodels'] False"
