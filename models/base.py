@@ -28,9 +28,19 @@ class ReviewData:
         return len(self.rows)
 
     def subset(self, selector) -> "ReviewData":
-        """Rows chosen by a boolean mask or positional indices; the sequences are shared, not copied."""
-        rows = self.rows[selector] if isinstance(selector, (pd.Series, np.ndarray)) and np.asarray(selector).dtype == bool \
-            else self.rows.iloc[selector]
+        """Rows chosen by a boolean mask or positional indices; the sequences are shared, not copied. The runner's
+        selections are nearly always one block of rows (a fold's train or test rows; a partition's mask that keeps
+        every row), which a slice takes ~3× faster than pandas' take (20 subsets per user)."""
+        if isinstance(selector, pd.Series) and selector.dtype == bool:
+            rows = self.rows[selector]  # aligned on the index
+        else:
+            index = np.asarray(selector)
+            if index.dtype == bool:
+                index = np.flatnonzero(index)
+            if len(index) and index[-1] - index[0] == len(index) - 1 and (np.diff(index) == 1).all():
+                rows = self.rows.iloc[int(index[0]):int(index[-1]) + 1]
+            else:
+                rows = self.rows.iloc[index]
         return ReviewData(rows.reset_index(drop=True), self.seq_delta_t, self.seq_rating)
 
     def history(self, k: int) -> tuple[np.ndarray, np.ndarray]:
