@@ -50,6 +50,13 @@ class ReviewData:
         return self.seq_delta_t[start:start + pos], self.seq_rating[start:start + pos]
 
 
+def recency_weights(n: int) -> np.ndarray:
+    """0.25 + 0.75·x³ with x = linspace(0, 1, n): the oldest row weighs 0.25, the newest 1 (upstream's --recency).
+    Here, not in training.py, so that the compiled trainers use it without importing torch."""
+    x = np.linspace(0, 1, n)
+    return 0.25 + 0.75 * np.power(x, 3)
+
+
 class Model:
     """fit/predict in the spirit of scikit-learn. One instance per (user, fold, partition)."""
 
