@@ -1,16 +1,23 @@
 """Per-user metrics on the concatenated test predictions, as upstream's `utils.evaluate` computes them.
 
 Pure functions of (y, p, test rows). Every reported value is rounded to 6 decimals like upstream's result files.
+Upstream calls scikit-learn's metric functions; importing sklearn.metrics costs ~0.8 s per process and its
+parameter validation milliseconds per call, more than a cheap model's whole fit. The same definitions are written
+here in numpy (log_loss's clipping, roc_auc_score's ROC curve with tied scores, the sample-weighted RMSE), and
+tests/test_split_metrics.py holds them to scikit-learn's own functions.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
+import importlib.util
 import math
-import warnings
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.metrics import log_loss, precision_score, recall_score, roc_auc_score, root_mean_squared_error
 
 
 def interval_bin(elapsed_days: np.ndarray) -> np.ndarray:
@@ -34,51 +41,109 @@ def lapse_bin(lapses: np.ndarray) -> np.ndarray:
 
 
 def rmse_bins(y: np.ndarray, p: np.ndarray, elapsed_days, i, lapses) -> float:
-    """RMSE between mean recall and mean prediction per (interval, review count, lapse) bin, weighted by bin size."""
-    frame = pd.DataFrame({
-        "a": interval_bin(elapsed_days), "b": review_count_bin(i), "c": lapse_bin(lapses),
-        "y": np.asarray(y, dtype=np.float64), "p": np.asarray(p, dtype=np.float64),
-    })
-    bins = frame.groupby(["a", "b", "c"], sort=False).agg(y=("y", "mean"), p=("p", "mean"), n=("y", "size"))
-    return float(root_mean_squared_error(bins["y"], bins["p"], sample_weight=bins["n"]))
+    """RMSE between mean recall and mean prediction per (interval, review count, lapse) bin, weighted by bin size
+    (upstream: a pandas groupby, then sklearn's root_mean_squared_error with the bin sizes as sample_weight)."""
+    codes = np.zeros(len(y), dtype=np.int64)
+    for values in (interval_bin(elapsed_days), review_count_bin(i), lapse_bin(lapses)):
+        _, inverse = np.unique(values, return_inverse=True)
+        codes = codes * (int(inverse.max(initial=0)) + 1) + inverse.ravel()
+    _, bin_of = np.unique(codes, return_inverse=True)
+    bin_of = bin_of.ravel()
+    n = np.bincount(bin_of).astype(np.float64)
+    y_mean = np.bincount(bin_of, weights=np.asarray(y, dtype=np.float64)) / n
+    p_mean = np.bincount(bin_of, weights=np.asarray(p, dtype=np.float64)) / n
+    return float(np.sqrt(np.average((y_mean - p_mean) ** 2, weights=n)))
+
+
+def log_loss(y: np.ndarray, p: np.ndarray) -> float:
+    """sklearn's log_loss(y, p, labels=[0, 1]): the probability given to the observed class (p or 1 − p), clipped
+    to [eps, 1 − eps] with float64's eps, averaged as −log."""
+    eps = np.finfo(np.float64).eps
+    p = np.asarray(p, dtype=np.float64)
+    observed = np.where(np.asarray(y) == 1, p, 1 - p)
+    return float(-np.mean(np.log(np.clip(observed, eps, 1 - eps))))
+
+
+@functools.cache
+def _compiled_lowess():
+    """statsmodels' compiled lowess loop (statsmodels.nonparametric._smoothers_lowess, what its public `lowess`
+    calls), loaded from its file. The ordinary import first runs statsmodels.nonparametric's and statsmodels.tools'
+    __init__, which import scipy.linalg: ~0.4 s per process, a fifth of a cheap row's whole run; the extension
+    itself needs numpy only. It is registered under its own name, so a later ordinary import reuses it (a Cython
+    module cannot be initialised twice)."""
+    name = "statsmodels.nonparametric._smoothers_lowess"
+    if name not in sys.modules:
+        import statsmodels  # its version only
+
+        folder = Path(statsmodels.__file__).parent / "nonparametric"
+        path = next(path for suffix in importlib.machinery.EXTENSION_SUFFIXES
+                    if (path := folder / f"_smoothers_lowess{suffix}").exists())
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name].lowess
 
 
 def ici(y: np.ndarray, p: np.ndarray) -> float:
-    """Integrated calibration index: mean |lowess(y ~ p) − p| (statsmodels lowess, one pass, 1% delta)."""
-    from statsmodels.nonparametric.smoothers_lowess import lowess
-
+    """Integrated calibration index: mean |lowess(y ~ p) − p| (statsmodels lowess, one pass, 1% delta), as
+    statsmodels' lowess(y, p, it=0, delta, return_sorted=False) computes it: x sorted by np.argsort, the compiled
+    loop, the fit put back in the input's order."""
+    y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
+    if not np.isfinite(p).all() or not np.isfinite(y).all():
+        return float("nan")  # statsmodels drops such rows and returns NaN for them: the mean is NaN
     if p.max() == p.min():
         return float("nan")  # lowess is undefined for a constant predictor
-    smoothed = lowess(np.asarray(y, dtype=np.float64), p, it=0, delta=0.01 * (p.max() - p.min()),
-                      return_sorted=False)
+    order = np.argsort(p)
+    x = np.ascontiguousarray(p[order])
+    fit, _ = _compiled_lowess()(np.ascontiguousarray(y[order]), x, x, np.ones_like(x), frac=2.0 / 3.0, it=0,
+                                delta=0.01 * (p.max() - p.min()), given_xvals=False)
+    smoothed = np.empty_like(p)
+    smoothed[order] = fit[:, 1]
     return float(np.mean(np.abs(smoothed - p)))
 
 
 def auc(y: np.ndarray, p: np.ndarray) -> float | None:
-    """ROC AUC, or None when it is undefined (a test set with a single class)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # sklearn warns (and returns NaN) for a single class
-            value = float(roc_auc_score(y, p))
-    except ValueError:
+    """sklearn's roc_auc_score, or None when it is undefined (a test set with a single class). As roc_curve builds
+    it: scores in decreasing order, one ROC point per distinct score (tied scores move together, so a tied
+    (positive, negative) pair counts 1/2), collinear points dropped, trapezoid area."""
+    y = np.asarray(y)
+    p = np.asarray(p, dtype=np.float64)
+    if len(np.unique(y)) != 2 or not np.isfinite(p).all():  # sklearn: a warning and NaN / a ValueError
         return None
-    return None if math.isnan(value) else value
+    order = np.argsort(p, kind="stable")[::-1]
+    p, positive = p[order], (y[order] == 1).astype(np.float64)
+    last_of_tie = np.r_[np.nonzero(np.diff(p))[0], len(p) - 1]
+    tps = np.cumsum(positive)[last_of_tie]
+    fps = 1 + last_of_tie.astype(np.float64) - tps
+    if len(fps) > 2:  # roc_curve(drop_intermediate=True)
+        corner = np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True]
+        fps, tps = fps[corner], tps[corner]
+    fpr = np.r_[0.0, fps] / fps[-1]
+    tpr = np.r_[0.0, tps] / tps[-1]
+    return float((np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0).sum())
+
+
+def _ratio(num: int, den: int) -> float:
+    """precision_score / recall_score with zero_division=0."""
+    return num / den if den else 0.0
 
 
 def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame) -> dict:
     """All metrics of one user; `rows` supplies elapsed_days, i and rmse_bins_lapse of the test rows."""
     y = np.asarray(y, dtype=np.int64)
     p = np.asarray(p, dtype=np.float64)
-    predicted = (p >= 0.9).astype(np.int64)
+    predicted = p >= 0.9
+    hits = int((predicted & (y == 1)).sum())
     out = {
         "RMSE": float(np.sqrt(np.mean((p - y) ** 2))),
-        "LogLoss": float(log_loss(y, p, labels=[0, 1])),
+        "LogLoss": log_loss(y, p),
         "RMSE(bins)": rmse_bins(y, p, rows["elapsed_days"], rows["i"], rows["rmse_bins_lapse"]),
         "AUC": auc(y, p),
         "ICI": ici(y, p),
-        "precision@90": float(precision_score(y, predicted, zero_division=0)),
-        "recall@90": float(recall_score(y, predicted, zero_division=0)),
+        "precision@90": _ratio(hits, int(predicted.sum())),
+        "recall@90": _ratio(hits, int((y == 1).sum())),
         "MBE": float(np.mean(p - y)),
     }
     # NaN (e.g. ICI when every prediction is equal) is written as null: result files stay strict JSON

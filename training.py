@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.base import InadequateData, ReviewData
+from models.base import InadequateData, ReviewData, recency_weights  # noqa: F401 (recency_weights re-exported)
 
 SHUFFLE_SEED = 2023
 TORCH_SEED = 42
@@ -78,12 +78,6 @@ class TrainResult:
     eval_losses: list[float] = field(default_factory=list)  # before epoch 1, ..., after the last epoch
     n_rows: int = 0  # training rows kept (N)
     n_batches: int = 0
-
-
-def recency_weights(n: int) -> np.ndarray:
-    """0.25 + 0.75·x³ with x = linspace(0, 1, n): the oldest row weighs 0.25, the newest 1."""
-    x = np.linspace(0, 1, n)
-    return 0.25 + 0.75 * np.power(x, 3)
 
 
 def pad_histories(seq_delta_t: np.ndarray, seq_rating: np.ndarray, starts: np.ndarray, lengths: np.ndarray,

@@ -28,9 +28,19 @@ class ReviewData:
         return len(self.rows)
 
     def subset(self, selector) -> "ReviewData":
-        """Rows chosen by a boolean mask or positional indices; the sequences are shared, not copied."""
-        rows = self.rows[selector] if isinstance(selector, (pd.Series, np.ndarray)) and np.asarray(selector).dtype == bool \
-            else self.rows.iloc[selector]
+        """Rows chosen by a boolean mask or positional indices; the sequences are shared, not copied. The runner's
+        selections are nearly always one block of rows (a fold's train or test rows; a partition's mask that keeps
+        every row), which a slice takes ~3× faster than pandas' take (20 subsets per user)."""
+        if isinstance(selector, pd.Series) and selector.dtype == bool:
+            rows = self.rows[selector]  # aligned on the index
+        else:
+            index = np.asarray(selector)
+            if index.dtype == bool:
+                index = np.flatnonzero(index)
+            if len(index) and index[-1] - index[0] == len(index) - 1 and (np.diff(index) == 1).all():
+                rows = self.rows.iloc[int(index[0]):int(index[-1]) + 1]
+            else:
+                rows = self.rows.iloc[index]
         return ReviewData(rows.reset_index(drop=True), self.seq_delta_t, self.seq_rating)
 
     def history(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,6 +48,13 @@ class ReviewData:
         start = int(self.rows["seq_start"].iat[k])
         pos = int(self.rows["seq_pos"].iat[k])
         return self.seq_delta_t[start:start + pos], self.seq_rating[start:start + pos]
+
+
+def recency_weights(n: int) -> np.ndarray:
+    """0.25 + 0.75·x³ with x = linspace(0, 1, n): the oldest row weighs 0.25, the newest 1 (upstream's --recency).
+    Here, not in training.py, so that the compiled trainers use it without importing torch."""
+    x = np.linspace(0, 1, n)
+    return 0.25 + 0.75 * np.power(x, 3)
 
 
 class Model:

@@ -49,11 +49,10 @@ import numpy as np
 from numba import njit
 
 from models import fsrs6_params as params
-from models.base import ReviewData
+from models.base import ReviewData, recency_weights  # noqa: F401 (recency_weights: upstream's --recency; re-exported)
 from models.fsrs_v4 import hard_easy
 from models.kernel_math import adam_step, card_batch_bounds, cosine_lr, l2_prior
 from models.seq_engine import Cards as _Cards  # targets grouped by card: the layout of every one-pass kernel
-from training import recency_weights  # noqa: F401 (upstream's --recency weights; re-exported)
 
 N_PARAMS = 21
 S_MIN = params.S_MIN

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
@@ -111,6 +110,8 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_init(w, g, t):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     s = (w[0] * 0.25 * torch.pow(2, g - 1)).clamp(S_MIN, S_MAX)
     d = w[1] - g + 3
     lapses = torch.relu(2 - g)
@@ -118,6 +119,8 @@ def torch_init(w, g, t):
 
 
 def torch_step(w, state, t, g):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     s, d, lapses = state
     r = torch_exp_curve(t, s)
     nd = torch.relu(d + r - 0.25 * torch.pow(2, g - 1) + 0.1)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 from numba import njit
 
 from models.seq_model import SeqModel
@@ -155,6 +154,8 @@ def torch_init(w, g, t):
 
 
 def torch_step(w, state, t, g):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     s, d = state
     r = torch_exp_curve(t, s)
     nd = (w[5] * w[2] + (1 - w[5]) * (d + w[4] * (g - 3))).clamp(1, 10)

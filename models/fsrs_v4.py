@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from numba import njit
 
 from models.fsrs_init import initialize_s0
@@ -213,6 +212,8 @@ def torch_init(w, g, t):
 
 
 def torch_core_step(w, state, t, g, factor: float, decay: float, cap_lapse: bool):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     s, d = state
     r = torch_power_curve(t, s, factor, decay)
     hb = torch.where(g == 2, w[15], 1.0) * torch.where(g == 4, w[16], 1.0)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 from numba import njit
 
 from models.fsrs_init import initialize_s0
@@ -203,12 +202,16 @@ def curve_vjp(w, state, t, gp, gstate, gw):
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_init(w, g, t):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     s = w[:4][(g.long() - 1).clamp(0, 3)].clamp(S_MIN, S_MAX)
     d = (w[4] - torch.exp(w[5] * (g - 1)) + 1).clamp(1, 10)
     return s, d
 
 
 def torch_step(w, state, t, g):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     s, d = state
     r = torch_power_curve(t, s, FACTOR, DECAY)
     hb = torch.where(g == 2, w[15], 1.0) * torch.where(g == 4, w[16], 1.0)

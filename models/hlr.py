@@ -27,11 +27,8 @@ import dataclasses
 import math
 
 import numpy as np
-import torch
 from numba import njit
-from torch import nn
 
-import training
 from models.base import InadequateData, ReviewData
 from models.seq_model import SeqModel
 
@@ -98,6 +95,8 @@ def torch_step(w, state, t, g):
 
 
 def torch_curve(w, state, t):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     h = 2 ** (w[0] * torch.sqrt(state[0]) + w[1] * torch.sqrt(state[1]) + w[2])
     return 0.5 ** (t / h)
 
@@ -112,19 +111,14 @@ def count_features(data: ReviewData) -> np.ndarray:
     return np.sqrt(np.stack([succ[end] - succ[start], fail[end] - fail[start]], axis=1).astype(np.float64))
 
 
-class HLRNet(training.TrainableModule):
-    """Upstream's module: nn.Linear(2, 1) on the count features, h = 2^out, p = 0.5^(t/h). The features of the
-    rows given to the trainer are precomputed (float32 like upstream's tensors) and looked up by `batch.rows`."""
+def __getattr__(name: str):
+    """HLRNet (upstream's torch module, models/seq_torch.py) is importable from here, loaded with torch only when
+    asked for."""
+    if name == "HLRNet":
+        from models.seq_torch import HLRNet
 
-    def __init__(self, w, features: np.ndarray, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
-        self.x = torch.as_tensor(np.asarray(features, dtype=np.float32), dtype=dtype)
-
-    def forward_batch(self, batch: training.Batch):
-        x = self.x[torch.as_tensor(batch.rows)]
-        h = 2 ** (x[:, 0] * self.w[0] + x[:, 1] * self.w[1] + self.w[2])
-        return 0.5 ** (batch.delta_t / h)
+        return HLRNet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------- the model
@@ -146,6 +140,9 @@ class HLR(SeqModel):
         if getattr(self.cfg, "trainer", "fast") == "fast":
             w = self.engine.fit(w_init, train, cfg, lr=self.lr)
         else:
+            import training
+            from models.seq_torch import HLRNet
+
             net = HLRNet(w_init, count_features(train), dtype=self.torch_dtype)
             # every row gets the same nominal history length, so the trainer's stable length sort keeps the time
             # order, as upstream's sort on len(tensor) == 2 does; the net reads the real features by row position

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import ReviewData
-from training import recency_weights
+from models.base import ReviewData, recency_weights
 
 SEED = 2023
 LR = 4e-2

@@ -13,56 +13,25 @@ A subclass sets the class attributes below and may override `initial_weights` (e
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor, nn
 
-import training
 from models.base import InadequateData, Model, ReviewData
 from models.seq_engine import SeqEngine
 
+if TYPE_CHECKING:
+    import training
 
-class TorchSeqNet(training.TrainableModule):
-    """The model's weights as one tensor, stepped in torch over time-major padded histories."""
 
-    def __init__(self, kernels, w, lower, upper, w_init=None, sigma=None, grad_mask=None,
-                 dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.kern = kernels
-        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
-        self.register_buffer("lo", torch.tensor(np.asarray(lower, dtype=np.float64), dtype=dtype))
-        self.register_buffer("hi", torch.tensor(np.asarray(upper, dtype=np.float64), dtype=dtype))
-        self.has_prior = sigma is not None
-        if self.has_prior:
-            self.register_buffer("w_init", torch.tensor(np.asarray(w_init, dtype=np.float64), dtype=dtype))
-            self.register_buffer("sigma", torch.tensor(np.asarray(sigma, dtype=np.float64), dtype=dtype))
-        if grad_mask is not None:
-            mask = torch.tensor(np.asarray(grad_mask, dtype=np.float64), dtype=dtype)
-            self.w.register_hook(lambda g: g * mask)
+def __getattr__(name: str):
+    """TorchSeqNet (models/seq_torch.py) is still importable from here; it is loaded, with torch (~1.5 s), only
+    when asked for: the default trainer never needs torch."""
+    if name == "TorchSeqNet":
+        from models.seq_torch import TorchSeqNet
 
-    def states(self, t: Tensor, g: Tensor) -> list[Tensor]:
-        """State components after each review: t, g of shape [L, B] → list of [L, B] tensors."""
-        state = self.kern.torch_init(self.w, g[0], t[0])
-        out = [[x] for x in state]
-        for k in range(1, t.shape[0]):
-            state = self.kern.torch_step(self.w, state, t[k], g[k])
-            for lst, x in zip(out, state):
-                lst.append(x)
-        return [torch.stack(lst) for lst in out]
-
-    def forward_batch(self, batch: training.Batch) -> Tensor:
-        cols = torch.arange(len(batch))
-        state = tuple(s[batch.lengths - 1, cols] for s in self.states(batch.t, batch.g))
-        return self.kern.torch_curve(self.w, state, batch.delta_t)
-
-    def penalty(self):
-        if not self.has_prior:
-            return None
-        return torch.sum(torch.square(self.w - self.w_init) / torch.square(self.sigma))
-
-    def clip_(self) -> None:
-        self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
+        return TorchSeqNet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SeqModel(Model):
@@ -75,7 +44,6 @@ class SeqModel(Model):
     sigma: list[float] | None = None  # L2 prior widths (None: no prior)
     frozen: tuple[int, ...] = ()  # indices whose gradient is zeroed during training
     lr: float = 4e-2
-    torch_dtype = torch.float32
     # Order of equal-length rows in the upstream-style trainer's batches: the upstream-check numbers of every
     # `other.py` model (January 2025) come from a pandas sort that was not stable (numpy quicksort); with it the
     # upstream-style trainer reproduces them to the 6th decimal (tests/test_fsrs_v123.py).
@@ -94,6 +62,14 @@ class SeqModel(Model):
         self.n_params = 0 if cfg.default else len(self.default_w)
         self.engine = SeqEngine(self.kernels, self.lower, self.upper)
 
+    @property
+    def torch_dtype(self):
+        """The upstream-style trainer's dtype (torch.float32, as upstream); a property so that torch is imported
+        only by that trainer."""
+        import torch
+
+        return torch.float32
+
     # hooks ---------------------------------------------------------------------------------------------------
     def initial_weights(self, train: ReviewData) -> list[float]:
         """Starting point (and prior centre) of training."""
@@ -105,6 +81,8 @@ class SeqModel(Model):
 
     def torch_net(self, w_init, grad_mask) -> training.TrainableModule:
         """The torch module the upstream-style trainer fits (default: the kernels' torch step functions)."""
+        from models.seq_torch import TorchSeqNet
+
         return TorchSeqNet(importlib.import_module(self.kernels), w_init, self.lower, self.upper, w_init=w_init,
                            sigma=self.sigma, grad_mask=grad_mask, dtype=self.torch_dtype)
 
@@ -127,6 +105,8 @@ class SeqModel(Model):
                                 lr=self.lr, batching=self.engine_batching, sort_kind=self.batch_sort,
                                 check_every_epoch=self.engine_batching == "length")  # upstream's checkpoints too
         else:
+            import training
+
             net = self.torch_net(w_init, mask)
             data = train if keep is None else train.subset(keep)
             training.train(net, data, self.cfg, lr=self.lr, sort_kind=self.batch_sort, dtype=self.torch_dtype)

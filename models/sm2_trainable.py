@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from numba import njit
 
 from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
@@ -110,6 +109,8 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_step(w, state, t, g):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     ivl, ef, reps = state
     new_reps = torch.where(g > 1, reps + 1, torch.ones_like(reps))
     new_ivl = torch.where(new_reps == 1, w[0] * torch.ones_like(ivl),
@@ -120,6 +121,8 @@ def torch_step(w, state, t, g):
 
 
 def torch_init(w, g, t):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     zeros = torch.zeros_like(g, dtype=w.dtype)
     return torch_step(w, (zeros, w[2] * torch.ones_like(zeros), zeros), t, g)
 

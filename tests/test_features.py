@@ -177,3 +177,19 @@ def test_accounting_names_where_every_review_went(fcfg):
     assert counts == {"rating": 1, "cap": 0, "same_day": 1, "first": 27, "outlier": 1, "gap": 1,
                       "targets": 25 * 2 + 2}
     assert counts["targets"] == len(data) and sum(counts.values()) == len(df)
+
+
+def test_subset_takes_the_same_rows_by_slice_or_take():
+    """ReviewData.subset's slice path (one block of rows) and take path give pandas' own selection."""
+    from models.base import ReviewData
+
+    rows = pd.DataFrame({"a": np.arange(10) * 3, "b": np.linspace(0, 1, 10)})
+    data = ReviewData(rows, np.zeros(1), np.zeros(1, dtype=np.int8))
+    mask = np.zeros(10, dtype=bool)
+    mask[[2, 3, 7]] = True
+    cases = [(np.arange(10), rows), (np.arange(3, 8), rows.iloc[3:8]), (np.array([1, 4, 5]), rows.iloc[[1, 4, 5]]),
+             (np.array([], dtype=np.int64), rows.iloc[[]]), (np.ones(10, dtype=bool), rows),
+             (mask, rows[mask]), (np.arange(10) == 0, rows.iloc[[0]]), (pd.Series(mask), rows[mask])]
+    for selector, expected in cases:
+        got = data.subset(selector).rows
+        pd.testing.assert_frame_equal(got, expected.reset_index(drop=True))
