@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import warnings
 from dataclasses import dataclass, field

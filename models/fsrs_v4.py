@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from models.fsrs_init import initialize_s0
