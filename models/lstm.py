@@ -54,7 +54,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from models.base import InadequateData, ReviewData
-from models.neural_seq import CardBatch, CardSeqNet, CardSet, NeuralModel, TORCH_SEED, pretrain_path
+from models.card_fit import recipe
+from models.lstm_kernels import lstm_cards_loss
+from models.neural_seq import CardBatch, CardSet, CompiledCardNet, NeuralModel, TORCH_SEED, pretrain_path
 
 N_HIDDEN = 20
 N_CURVES = 3
@@ -169,7 +171,12 @@ class RNNWrapper(nn.Module):
         return self.module(x)[0]
 
 
-class LSTMNet(CardSeqNet):
+class LSTMNet(CompiledCardNet):
+    """Fine-tuned and predicted compiled (models/lstm_kernels.py, float64); the torch methods below are the
+    reference path (tests, `--trainer upstream`, Reptile pretraining)."""
+
+    card_loss = lstm_cards_loss
+
     def __init__(self):
         super().__init__()
         H = N_HIDDEN
@@ -194,6 +201,11 @@ class LSTMNet(CardSeqNet):
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def model_consts(self) -> tuple:
+        """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std)."""
+        mean, std = self.input_mean.tolist(), self.input_std.tolist()
+        return float(mean[0]), float(mean[1]), float(std[0]), float(std[1])
 
     def encode(self, x: Tensor) -> Tensor:
         """(Δt days, duration ms, rating) → the 6 inputs: standardised logs and the one-hot rating."""
@@ -302,9 +314,36 @@ def _batch_loss(net: LSTMNet, batch, exp: float) -> Tensor:
     return vec.mean() * vec.shape[0] ** exp
 
 
-def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: str = "cards") -> None:
-    """SB reptile_trainer.finetune (see the module docstring), in place; `layout` "cards" (one pass per card) or
-    "targets" (upstream's per-target padded batches)."""
+def finetune_recipe() -> tuple:
+    """The fine-tune's optimizer recipe for the compiled loop (card_fit.recipe): the piecewise-linear lr per pass
+    times 16000^(1 − batch_size_exp), AdamW(betas (0, 0.999)), loss mean·B^batch_size_exp + the pull towards the
+    pretrained weights, gradient norm clipped."""
+    fp = FINETUNE
+    scale = 16000 ** (1.0 - fp["batch_size_exp"])
+    lrs = [scale * piecewise_lr(k, fp["lr_start"], fp["lr_middle"], fp["lr_end"], fp["warmup"], fp["passes"])
+           for k in range(fp["passes"])]
+    return recipe(lrs, betas=INNER_BETAS, weight_decay=fp["weight_decay"], size_exp=fp["batch_size_exp"],
+                  reg_scale=fp["reg_scale"], clip_norm=fp["clip_norm"])
+
+
+def flat_opt_state(net: nn.Module, opt_state: dict | None) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """A torch AdamW state dict of `net`'s parameters as flat (exp_avg, exp_avg_sq, step) in parameters() order
+    (None: a fresh optimizer)."""
+    if opt_state is None or not opt_state.get("state"):
+        return None
+    states = [opt_state["state"][k] for k in range(len(list(net.parameters())))]
+    steps = {float(st["step"]) for st in states}
+    if len(steps) != 1:
+        raise ValueError(f"LSTM optimizer state: parameters at different steps {sorted(steps)}")
+    flat = lambda key: np.concatenate([st[key].double().numpy().ravel() for st in states])  # noqa: E731
+    return flat("exp_avg"), flat("exp_avg_sq"), int(steps.pop())
+
+
+def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: str = "compiled",
+             batch_size: int = BATCH) -> None:
+    """SB reptile_trainer.finetune (see the module docstring), in place; `layout` "compiled" (one pass per card,
+    the whole loop in one numba call: card_fit.fit_card_groups), "cards" (the same, stepped in torch: the
+    reference) or "targets" (upstream's per-target padded batches)."""
     fp = FINETUNE
     n = len(train)
     x = np.linspace(0, 1, n)
@@ -315,12 +354,18 @@ def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: st
     if not keep.any():
         raise InadequateData("Training data is inadequate.")
     rng = np.random.RandomState(fp["shuffle_seed"])
-    if layout == "cards":
+    if layout in ("compiled", "cards"):
         cards = CardSet(net, train, keep, weights)
-        batches = cards.batches(BATCH, rng.permutation(cards.n_cards))
+        order = rng.permutation(cards.n_cards)
+        if layout == "compiled":  # the same card order every pass
+            net.fit_compiled(cards, np.tile(order, (fp["passes"], 1)), batch_size, finetune_recipe(),
+                             flat_opt_state(net, opt_state))
+            net.eval()
+            return
+        batches = cards.batches(batch_size, order)
     else:
         rows = rng.permutation(n)
-        batches = per_target_batches(train, rows[keep[rows]], BATCH, weights, net.dtype)
+        batches = per_target_batches(train, rows[keep[rows]], batch_size, weights, net.dtype)
     meta = flat_params(net).detach().clone()
     opt = inner_optimizer(net, fp["weight_decay"], opt_state)
     scale = 16000 ** (1.0 - fp["batch_size_exp"])
@@ -438,7 +483,7 @@ class LSTM(NeuralModel):
         data = equalized_train(train)
         if len(data) == 0:
             raise InadequateData("no training rows")
-        layout = "cards" if getattr(self.cfg, "trainer", "fast") == "fast" else "targets"
+        layout = "compiled" if getattr(self.cfg, "trainer", "fast") == "fast" else "targets"
         finetune(self.net, data, self.opt_state, layout)
         return self
 

@@ -62,7 +62,7 @@ from torch import Tensor, nn
 
 import training
 from models.base import InadequateData, Model, ReviewData
-from models.card_fit import group_bounds, loop_for
+from models.card_fit import group_bounds, loop_for, recipe
 
 TORCH_SEED = 42
 SHUFFLE_SEED = 2023
@@ -238,13 +238,18 @@ class CompiledCardNet(CardSeqNet):
             self._call(layout, order[bounds[g]:bounds[g + 1]], theta, None, p)
         return p
 
-    def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, lr: float, t_max: int) -> None:
-        """fit_cards's loop in one compiled call, then the weights back into the torch parameters."""
+    def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, recipe: tuple,
+                     state: tuple | None = None) -> None:
+        """A fine-tune loop in one compiled call (card_fit.fit_card_groups with card_fit.recipe()), then the weights
+        back into the torch parameters; `state` = the optimizer's (exp_avg, exp_avg_sq, step), flat (default:
+        a fresh optimizer)."""
         theta = self.theta()
         lower, upper = self.param_bounds()
+        m, v, step = (np.zeros(len(theta)), np.zeros(len(theta)), 0) if state is None else state
         loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
-                        np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, lower, upper, float(lr),
-                        float(self.wd) if self.optimizer == "adamw" else 0.0, int(t_max))
+                                       np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, lower,
+                                       upper, recipe, np.array(m, dtype=np.float64), np.array(v, dtype=np.float64),
+                                       int(step))
         self.set_theta(theta)
 
 
@@ -379,8 +384,10 @@ def fit_cards(net: "CompiledCardNet", data: ReviewData, *, n_epoch: int, batch_s
     if cards.n_cards == 0:
         raise InadequateData("Training data is inadequate.")
     n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
-    net.fit_compiled(cards, epoch_orders(cards.n_cards, n_epoch, seed), batch_size, net.lr if lr is None else lr,
-                     max(1, n_batches * n_epoch))
+    wd = float(net.wd) if net.optimizer == "adamw" else 0.0
+    net.fit_compiled(cards, epoch_orders(cards.n_cards, n_epoch, seed), batch_size,
+                     recipe(np.full(n_epoch, net.lr if lr is None else lr), max(1, n_batches * n_epoch),
+                            weight_decay=wd))
     net.eval()
     return n_batches
 

@@ -471,12 +471,6 @@ def test_compiled_fit_equals_torch_adamw_loop(cls, user8):
     assert any(not torch.equal(a, b) for a, b in zip(net.parameters(), seeded_net(cls, 11, 0.2).parameters()))
 
 
-@pytest.fixture(scope="module")
-def user8_lstm() -> LSTMData:
-    rev = load_revlogs(CHECK, 8)
-    return attach_sequences(build_features(rev, FeatureConfig(short=True)), rev)
-
-
 def test_lstm_one_pass_equals_per_target(user8_lstm):
     data = user8_lstm
     net = seeded_net(LSTMNet, seed=6, scale=0.1)
