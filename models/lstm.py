@@ -29,7 +29,12 @@ batches; per pass a piecewise-linear lr 0.0019622 → 0.006455344 (5 warm-up pas
 16000^(1 − 1.2103); batch loss = mean(weight·BCE)·B^1.2103 + 0.000244·‖θ − θ_pretrained‖²; gradient norm clipped
 at 7050; the final weights. One pass per card: batches are groups of whole cards with ≈ 16,384 targets in one
 random card order (seed 2025; upstream shuffles the rows once with random_state 2025 and cuts batches of 16,384).
-`--trainer upstream`: the same recipe over upstream's per-target padded batches.
+Compiled (models/lstm_kernels.py, float64): the network's forward and reverse pass, one of each per card, and the
+whole fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch
+the fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
+torch path stays as the reference: `finetune(layout="cards")` is the same recipe stepped by torch.optim.AdamW
+(tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the same recipe over upstream's per-target
+padded batches.
 
 Pretraining (`pretrain.py --model LSTM`, Reptile, SB reptile_trainer.train): input_mean/std from the training users
 (every review in the history of each card's last target); then outer steps over the users in turn (task =
@@ -380,15 +385,16 @@ def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: st
     net.eval()
 
 
-def anchored_step(net: "LSTMNet", opt: torch.optim.Optimizer, batch, meta: Tensor, recipe: dict) -> None:
+def anchored_step(net: "LSTMNet", opt: torch.optim.Optimizer, batch, meta: Tensor, recipe: dict) -> float:
     """One optimizer step of the fine-tune and of Reptile's inner learner alike: loss = the batch's weighted BCE
-    scaled by B^batch_size_exp + reg_scale·‖θ − meta‖², gradient norm clipped at clip_norm."""
+    scaled by B^batch_size_exp + reg_scale·‖θ − meta‖², gradient norm clipped at clip_norm. Returns the loss."""
     opt.zero_grad()
     loss = _batch_loss(net, batch, recipe["batch_size_exp"])
     loss = loss + recipe["reg_scale"] * torch.sum((flat_params(net) - meta) ** 2)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(net.parameters(), recipe["clip_norm"])
     opt.step()
+    return float(loss.detach())
 
 
 def input_normalisation(users: list[ReviewData]) -> tuple[Tensor, Tensor]:
@@ -430,11 +436,12 @@ def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -
             group["lr"] = rp["lr"] * min(1.0, it / warm)
         meta = flat_params(net).detach().clone()
         learner.train()
+        loss = float("nan")
         order = torch.randperm(cards.n_cards, generator=gen).numpy()
         for k, batch in enumerate(cards.batches(BATCH, order)):
             if k >= rp["inner_steps"]:
                 break
-            anchored_step(learner, opt, batch, meta, rp)
+            loss = anchored_step(learner, opt, batch, meta, rp)
         state = copy.deepcopy(opt.state_dict())
         outer.zero_grad()
         for p, q in zip(net.parameters(), learner.parameters()):
@@ -442,7 +449,7 @@ def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -
         outer.step()
         sched.step()
         if log is not None and it % max(1, outer_steps // 10) == 0:
-            log(f"outer step {it}/{outer_steps}: last inner loss {float(loss):.4f}")
+            log(f"outer step {it}/{outer_steps}: last inner loss {loss:.4f}")
     return state
 
 

@@ -595,6 +595,20 @@ def test_pretrain_cli_writes_loadable_weights(tmp_path):
     assert any(not torch.equal(v, fresh[k]) for k, v in net.state_dict().items())
 
 
+def test_pretrain_cli_lstm_writes_weights_and_optimizer_state(tmp_path):
+    """Reptile (2 outer steps, one small user) through pretrain.py, its progress lines included: LSTM.pth and the
+    inner optimizer's state LSTM_opt.pth, which a fine-tune reads."""
+    import pretrain
+
+    out = tmp_path / "LSTM.pth"
+    assert pretrain.main(["--model", "LSTM", "--data", str(EMBEDDED_DATA), "--users", "3", "--epochs", "2",
+                          "--out", str(out)]) == 0
+    net = LSTMNet()
+    net.load_state_dict(torch.load(out, weights_only=True))
+    state = torch.load(tmp_path / "LSTM_opt.pth", weights_only=True)
+    assert {float(st["step"]) for st in state["state"].values()} == {2.0}  # one inner step per outer step here
+
+
 # ----------------------------------------------------------------------------------------------- runs
 
 def strip_time(path):
