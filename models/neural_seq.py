@@ -32,15 +32,16 @@ Fine-tuning (`fit_cards`) follows upstream's recipe (spec models.md §0.4, §2) 
   best epoch" by storing `model.state_dict()`, which for an nn.Module aliases the live tensors, so the returned
   "best" weights are always the final ones (spec models.md §12.9; SB other.py@00c9de57 `Trainer.train/eval`).
 
-Compiled networks (`CompiledCardNet`): GRU, GRU-P (models/gru_kernels.py) and NN-17 (models/nn17_kernels.py) give
-their loss and gradient as a compiled `card_loss`, and fit_cards runs this whole recipe (the same groups, Adam/AdamW,
-cosine schedule, clip box) in one numba call in float64 (models/card_fit.py), because for these tiny networks
-torch's per-operation cost (autograd nodes per time step, every optimizer step, parameter conversions) far exceeded
-the arithmetic. The compiled loop is tested equal to this recipe stepped in torch (tests/test_neural.py,
-tests/test_nn17_compiled.py).
+Compiled networks (`CompiledCardNet`): GRU, GRU-P (models/gru_kernels.py), NN-17 (models/nn17_kernels.py) and the
+LSTM (models/lstm_kernels.py) give their loss and gradient as a compiled `card_loss`, and fit_cards runs this whole
+recipe (the same groups, Adam/AdamW, cosine schedule, clip box) in one numba call in float64 (models/card_fit.py),
+because for these small networks torch's per-operation cost (autograd nodes per time step, every optimizer step,
+parameter conversions) far exceeded the arithmetic. The compiled loop is tested equal to this recipe stepped in torch
+(tests/test_neural.py, tests/test_nn17_compiled.py, tests/test_lstm_compiled.py).
 
 Per model: the Transformer keeps upstream's per-target windows (its no-mask quirk, models/transformer.py); the LSTM
-runs its own Reptile-style fine-tune over the same whole-card batches (models/lstm.py).
+runs its own Reptile-style fine-tune over the same whole-card batches (models/lstm.py), through the same compiled
+loop with its own recipe (card_fit.recipe).
 
 Prediction (`predict_cards`) runs the same pass over every card of the test rows (no length limit), in groups of
 cards with ≈ 16,384 targets. Everything is deterministic on CPU for a given seed.
