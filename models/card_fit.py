@@ -51,14 +51,14 @@ def group_bounds(counts, batch_size):
 
 
 def recipe(epoch_lr, t_max=0, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=0.0, size_exp=1.0, reg_scale=0.0,
-           clip_norm=np.inf) -> tuple:
+           clip_norm=np.inf, max_groups=0) -> tuple:
     """fit_card_groups's optimizer recipe: epoch_lr[e] is epoch e's learning rate, times torch's cosine factor
     (1 + cos(π·s/t_max))/2 at optimizer step s when t_max > 0; Adam with `betas`, `eps` (AdamW when weight_decay >
     0); a group's loss is Σ weight·BCE · B^(size_exp − 1) (B: its targets; size_exp 1: the plain sum, i.e.
     mean·B^size_exp) + reg_scale·‖θ − θ_start‖²; the gradient's norm clipped at clip_norm (torch's
-    clip_grad_norm_)."""
+    clip_grad_norm_); only the first max_groups groups of an epoch (0: all; Reptile's inner loop)."""
     return (np.asarray(epoch_lr, dtype=np.float64), int(t_max), float(betas[0]), float(betas[1]), float(eps),
-            float(weight_decay), float(size_exp), float(reg_scale), float(clip_norm))
+            float(weight_decay), float(size_exp), float(reg_scale), float(clip_norm), int(max_groups))
 
 
 @njit(cache=True)
@@ -66,8 +66,9 @@ def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, reci
     """Epoch e visits the cards in orders[e] in groups of ≈ batch_size targets; after each group, one Adam step
     (torch's update; `recipe()` says which) with the state m, v, step0 (torch's exp_avg, exp_avg_sq, step: zeros
     and 0 for a fresh optimizer, updated in place), then theta is clipped to [lower, upper]. theta (flat, float64)
-    is updated in place; the final weights are kept (upstream's effective behaviour, see neural_seq)."""
-    epoch_lr, t_max, b1, b2, eps, weight_decay, size_exp, reg_scale, clip_norm = recipe
+    is updated in place; the final weights are kept (upstream's effective behaviour, see neural_seq). Returns the
+    number of optimizer steps taken."""
+    epoch_lr, t_max, b1, b2, eps, weight_decay, size_exp, reg_scale, clip_norm, max_groups = recipe
     c_count = layout[4]
     n_w = len(theta)
     grad = np.zeros(n_w)
@@ -77,7 +78,8 @@ def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, reci
     for e in range(orders.shape[0]):
         order = orders[e]
         bounds = group_bounds(c_count[order], batch_size)
-        for b in range(len(bounds) - 1):
+        n_groups = len(bounds) - 1 if max_groups <= 0 else min(len(bounds) - 1, max_groups)
+        for b in range(n_groups):
             grad[:] = 0.0
             cards = order[bounds[b]:bounds[b + 1]]
             card_loss(model, layout, cards, theta, True, grad, p_scratch)
@@ -97,6 +99,7 @@ def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, reci
             adam_step(theta, grad, m, v, step0 + step, lr_t, b1, b2, eps, weight_decay)
             for j in range(n_w):
                 theta[j] = min(max(theta[j], lower[j]), upper[j])
+    return step
 
 
 @lru_cache(maxsize=None)

@@ -410,8 +410,33 @@ def input_normalisation(users: list[ReviewData]) -> tuple[Tensor, Tensor]:
     return torch.tensor(feats.mean(0), dtype=torch.float32), torch.tensor(feats.std(0), dtype=torch.float32)
 
 
-def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -> dict:
-    """SB reptile_trainer.train with whole-card batches; returns the inner optimizer's state dict."""
+def inner_recipe(lr: float) -> tuple:
+    """Reptile's inner learner for the compiled loop (card_fit.recipe): one pass over at most inner_steps groups,
+    AdamW(betas (0, 0.999)) at a constant lr, loss mean·B^batch_size_exp + the pull towards the meta weights."""
+    rp = REPTILE
+    return recipe([lr], betas=INNER_BETAS, weight_decay=rp["inner_weight_decay"], size_exp=rp["batch_size_exp"],
+                  reg_scale=rp["reg_scale"], clip_norm=rp["clip_norm"], max_groups=rp["inner_steps"])
+
+
+def torch_opt_state(net: nn.Module, state: tuple[np.ndarray, np.ndarray, int], weight_decay: float) -> dict:
+    """flat_opt_state's inverse: the state dict of inner_optimizer(net) holding (exp_avg, exp_avg_sq, step)."""
+    opt = inner_optimizer(net, weight_decay, None)
+    m, v, step = state
+    if step > 0:
+        k = 0
+        for p in net.parameters():
+            n = p.numel()
+            opt.state[p] = {"step": torch.tensor(float(step)),
+                            "exp_avg": torch.from_numpy(m[k:k + n].copy()).view_as(p).to(p.dtype),
+                            "exp_avg_sq": torch.from_numpy(v[k:k + n].copy()).view_as(p).to(p.dtype)}
+            k += n
+    return opt.state_dict()
+
+
+def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None, compiled: bool = True) -> dict:
+    """SB reptile_trainer.train with whole-card batches; returns the inner optimizer's state dict. `compiled`: each
+    task's inner loop is one compiled call (card_fit with inner_recipe()); otherwise stepped by torch (the
+    reference). The outer AdamW step is torch's in both."""
     rp = REPTILE
     mean, std = input_normalisation(users)
     net.input_mean.copy_(mean)
@@ -428,28 +453,35 @@ def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -
         torch.optim.lr_scheduler.LinearLR(outer, start_factor=1e-4, end_factor=1.0, total_iters=warm),
         torch.optim.lr_scheduler.CosineAnnealingLR(outer, T_max=max(1, outer_steps - warm))], milestones=[warm])
     state = inner_optimizer(net, rp["inner_weight_decay"], None).state_dict()
+    flat_state = None
     for it in range(1, outer_steps + 1):
         cards = tasks[it % len(tasks)]
         learner = copy.deepcopy(net)
-        opt = inner_optimizer(learner, rp["inner_weight_decay"], state)
-        for group in opt.param_groups:
-            group["lr"] = rp["lr"] * min(1.0, it / warm)
-        meta = flat_params(net).detach().clone()
-        learner.train()
+        lr = rp["lr"] * min(1.0, it / warm)
         loss = float("nan")
         order = torch.randperm(cards.n_cards, generator=gen).numpy()
-        for k, batch in enumerate(cards.batches(BATCH, order)):
-            if k >= rp["inner_steps"]:
-                break
-            loss = anchored_step(learner, opt, batch, meta, rp)
-        state = copy.deepcopy(opt.state_dict())
+        if compiled:
+            flat_state = learner.fit_compiled(cards, order[None, :], BATCH, inner_recipe(lr), flat_state)
+        else:
+            opt = inner_optimizer(learner, rp["inner_weight_decay"], state)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            meta = flat_params(net).detach().clone()
+            learner.train()
+            for k, batch in enumerate(cards.batches(BATCH, order)):
+                if k >= rp["inner_steps"]:
+                    break
+                loss = anchored_step(learner, opt, batch, meta, rp)
+            state = copy.deepcopy(opt.state_dict())
         outer.zero_grad()
         for p, q in zip(net.parameters(), learner.parameters()):
             p.grad = (p.data - q.data).clone()
         outer.step()
         sched.step()
         if log is not None and it % max(1, outer_steps // 10) == 0:
-            log(f"outer step {it}/{outer_steps}: last inner loss {loss:.4f}")
+            log(f"outer step {it}/{outer_steps}" + ("" if compiled else f": last inner loss {loss:.4f}"))
+    if compiled and flat_state is not None:
+        return torch_opt_state(net, flat_state, rp["inner_weight_decay"])
     return state
 
 

@@ -240,18 +240,19 @@ class CompiledCardNet(CardSeqNet):
         return p
 
     def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, recipe: tuple,
-                     state: tuple | None = None) -> None:
+                     state: tuple | None = None) -> tuple[np.ndarray, np.ndarray, int]:
         """A fine-tune loop in one compiled call (card_fit.fit_card_groups with card_fit.recipe()), then the weights
         back into the torch parameters; `state` = the optimizer's (exp_avg, exp_avg_sq, step), flat (default:
-        a fresh optimizer)."""
+        a fresh optimizer). Returns the optimizer's state after the loop (new arrays)."""
         theta = self.theta()
         lower, upper = self.param_bounds()
         m, v, step = (np.zeros(len(theta)), np.zeros(len(theta)), 0) if state is None else state
-        loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
-                                       np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, lower,
-                                       upper, recipe, np.array(m, dtype=np.float64), np.array(v, dtype=np.float64),
-                                       int(step))
+        m, v = np.array(m, dtype=np.float64), np.array(v, dtype=np.float64)
+        steps = loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
+                                               np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta,
+                                               lower, upper, recipe, m, v, int(step))
         self.set_theta(theta)
+        return m, v, int(step) + int(steps)
 
 
 # ----------------------------------------------------------------------------------------------- batching

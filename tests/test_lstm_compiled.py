@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from models import lstm, lstm_kernels, neural_seq
-from models.lstm import LSTMData, LSTMNet, finetune, inner_optimizer, per_target_batches
+from models.lstm import LSTMData, LSTMNet, finetune, inner_optimizer, per_target_batches, reptile
 from test_neural import seeded_net
 
 torch.set_num_threads(1)
@@ -117,3 +117,23 @@ def test_compiled_finetune_equals_torch_adamw_loop(user8_lstm, clip_norm, monkey
     assert len(clipped) == 80 and (sum(clipped) > 10 if clip_norm else not any(clipped))
     np.testing.assert_allclose(nets[0].theta(), nets[1].theta(), rtol=0, atol=1e-8)
     assert np.abs(nets[0].theta() - net_for(8).theta()).max() > 0.1
+
+
+def test_compiled_reptile_equals_torch_inner_loop(user8_lstm, monkeypatch):
+    """Reptile with each task's inner loop compiled equals the inner loop stepped by torch.optim.AdamW (anchored
+    steps, the AdamW state carried from task to task): 4 outer steps over two "users" (halves of user 8), at most 2
+    inner groups per task (groups of 300 targets, so the limit bites); the weights and the returned state."""
+    monkeypatch.setattr(lstm, "BATCH", 300)
+    monkeypatch.setitem(lstm.REPTILE, "inner_steps", 2)
+    users = [user8_lstm.subset(np.arange(0, 900)), user8_lstm.subset(np.arange(900, 1800))]
+    nets, states = [], []
+    for compiled in (True, False):
+        net = net_for(9)
+        states.append(reptile(net, users, 4, compiled=compiled))
+        nets.append(net)
+    np.testing.assert_allclose(nets[0].theta(), nets[1].theta(), rtol=0, atol=1e-8)
+    assert np.abs(nets[0].theta() - net_for(9).theta()).max() > 1e-3
+    got, ref = lstm.flat_opt_state(nets[0], states[0]), lstm.flat_opt_state(nets[1], states[1])
+    assert got[2] == ref[2] == 8  # 4 tasks × 2 inner steps
+    np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-8, atol=1e-14)
