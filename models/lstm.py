@@ -42,7 +42,9 @@ step mod users): a learner copy adapts with AdamW(betas (0, 0.999), weight decay
 task) for up to 15 batches of that user (≤ 16,384 targets each), lr 0.0026945·min(1, step/warm-up), loss
 mean(BCE)·B + 0.000244·‖θ_learner − θ‖², clip 7050; the meta "gradient" θ − θ_learner goes to AdamW(lr 0.02, betas
 (0.9, 0.999), weight decay 0.03) with a linear warm-up from 1e−4× over the first 10% of the steps and cosine decay
-after. Upstream: 100,000 outer steps on users 9000–9099; `--epochs` sets the number of outer steps here.
+after. Upstream: 100,000 outer steps on users 9000–9099; `--epochs` sets the number of outer steps here. Each
+task's inner loop is one compiled call on the fine-tune's kernels (card_fit with `inner_recipe()`, the AdamW state
+carried flat from task to task); `reptile(compiled=False)` steps it in torch (the reference).
 """
 
 from __future__ import annotations
