@@ -45,6 +45,21 @@ def per_target_p_and_grad(net: LSTMNet, data: LSTMData, keep: np.ndarray):
     return p, float(loss.detach()), [q.grad.numpy().copy() for q in net.parameters()]
 
 
+def test_activations_match_torch():
+    """The kernels' polynomial exponential behind σ and tanh, against torch over the whole range, saturation
+    included."""
+    x = torch.cat([torch.linspace(-60, 60, 240001, dtype=F64), torch.tensor([-1e4, -745.0, 0.0, 1e-300, 745.0, 1e4],
+                                                                           dtype=F64)])
+    xs = x.numpy()
+    got_sig = np.array([lstm_kernels.sigmoid(v) for v in xs])
+    got_tanh = np.array([lstm_kernels.tanh(v) for v in xs])
+    ref_sig = torch.sigmoid(x).numpy()
+    np.testing.assert_allclose(got_sig, ref_sig, rtol=1e-13, atol=5e-18)
+    np.testing.assert_allclose(got_tanh, torch.tanh(x).numpy(), rtol=0, atol=1e-14)
+    inside = np.abs(xs) <= lstm_kernels.EXP_BOUND
+    np.testing.assert_allclose([lstm_kernels.exp_bounded(v) for v in xs[inside]], np.exp(xs[inside]), rtol=1e-13)
+
+
 def test_flat_layout_follows_parameters():
     net = LSTMNet()
     assert [tuple(p.shape) for p in net.parameters()] == [s for _, s in lstm_kernels.SHAPES]
