@@ -8,10 +8,17 @@ gradient to grad (flat, like theta). `model` is the network's own tuple of const
 neural_seq.CardSet.layout(): (feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w) — card c's
 step inputs are rows c_start[c] .. c_start[c] + c_steps[c] − 1 of feats, its targets the entries c_tfirst[c] ..
 c_tfirst[c] + c_count[c] − 1 of the t_* arrays (history length, elapsed time, last history rating, label, weight).
+feats may have any number of columns (the LSTM's: fractional interval, duration, rating).
+
+The optimizer recipe is a tuple (`recipe()`): GRU, GRU-P and NN-17 use Adam/AdamW at a cosine learning rate; the
+LSTM (models/lstm.py) adds what its Reptile-style fine-tune needs: AdamW with its own betas and a state carried in
+from pretraining, a learning rate per epoch, the loss scaled by the group's size, a pull towards the starting weights
+and gradient-norm clipping.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,30 +50,56 @@ def group_bounds(counts, batch_size):
     return bounds[:nb + 1]
 
 
+def recipe(epoch_lr, t_max=0, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=0.0, size_exp=1.0, reg_scale=0.0,
+           clip_norm=np.inf, max_groups=0) -> tuple:
+    """fit_card_groups's optimizer recipe: epoch_lr[e] is epoch e's learning rate, times torch's cosine factor
+    (1 + cos(π·s/t_max))/2 at optimizer step s when t_max > 0; Adam with `betas`, `eps` (AdamW when weight_decay >
+    0); a group's loss is Σ weight·BCE · B^(size_exp − 1) (B: its targets; size_exp 1: the plain sum, i.e.
+    mean·B^size_exp) + reg_scale·‖θ − θ_start‖²; the gradient's norm clipped at clip_norm (torch's
+    clip_grad_norm_); only the first max_groups groups of an epoch (0: all; Reptile's inner loop)."""
+    return (np.asarray(epoch_lr, dtype=np.float64), int(t_max), float(betas[0]), float(betas[1]), float(eps),
+            float(weight_decay), float(size_exp), float(reg_scale), float(clip_norm), int(max_groups))
+
+
 @njit(cache=True)
-def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, lr, weight_decay, t_max):
+def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, recipe, m, v, step0):
     """Epoch e visits the cards in orders[e] in groups of ≈ batch_size targets; after each group, one Adam step
-    (torch's update, betas 0.9/0.999, eps 1e-8; AdamW when weight_decay > 0) at the cosine learning rate of step s,
-    lr·(1 + cos(π·s/t_max))/2, then theta is clipped to [lower, upper]. theta (flat, float64) is updated in place;
-    the final weights are kept (upstream's effective behaviour, see neural_seq)."""
+    (torch's update; `recipe()` says which) with the state m, v, step0 (torch's exp_avg, exp_avg_sq, step: zeros
+    and 0 for a fresh optimizer, updated in place), then theta is clipped to [lower, upper]. theta (flat, float64)
+    is updated in place; the final weights are kept (upstream's effective behaviour, see neural_seq). Returns the
+    number of optimizer steps taken."""
+    epoch_lr, t_max, b1, b2, eps, weight_decay, size_exp, reg_scale, clip_norm, max_groups = recipe
     c_count = layout[4]
     n_w = len(theta)
     grad = np.zeros(n_w)
-    m = np.zeros(n_w)
-    v = np.zeros(n_w)
+    start = theta.copy()
     p_scratch = np.empty(len(layout[5]))
     step = 0
     for e in range(orders.shape[0]):
         order = orders[e]
         bounds = group_bounds(c_count[order], batch_size)
-        for b in range(len(bounds) - 1):
+        n_groups = len(bounds) - 1 if max_groups <= 0 else min(len(bounds) - 1, max_groups)
+        for b in range(n_groups):
             grad[:] = 0.0
-            card_loss(model, layout, order[bounds[b]:bounds[b + 1]], theta, True, grad, p_scratch)
-            lr_t = cosine_lr(lr, step, t_max)
+            cards = order[bounds[b]:bounds[b + 1]]
+            card_loss(model, layout, cards, theta, True, grad, p_scratch)
+            if size_exp != 1.0:
+                n_t = 0
+                for c in cards:
+                    n_t += c_count[c]
+                grad *= float(n_t) ** (size_exp - 1.0)
+            if reg_scale != 0.0:
+                for j in range(n_w):
+                    grad[j] += 2.0 * reg_scale * (theta[j] - start[j])
+            if clip_norm < np.inf:
+                norm = math.sqrt(np.sum(grad * grad))
+                grad *= min(clip_norm / (norm + 1e-6), 1.0)
+            lr_t = cosine_lr(epoch_lr[e], step, t_max) if t_max > 0 else epoch_lr[e]
             step += 1
-            adam_step(theta, grad, m, v, step, lr_t, ADAM_BETAS[0], ADAM_BETAS[1], ADAM_EPS, weight_decay)
+            adam_step(theta, grad, m, v, step0 + step, lr_t, b1, b2, eps, weight_decay)
             for j in range(n_w):
                 theta[j] = min(max(theta[j], lower[j]), upper[j])
+    return step
 
 
 @lru_cache(maxsize=None)

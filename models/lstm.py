@@ -29,7 +29,12 @@ batches; per pass a piecewise-linear lr 0.0019622 → 0.006455344 (5 warm-up pas
 16000^(1 − 1.2103); batch loss = mean(weight·BCE)·B^1.2103 + 0.000244·‖θ − θ_pretrained‖²; gradient norm clipped
 at 7050; the final weights. One pass per card: batches are groups of whole cards with ≈ 16,384 targets in one
 random card order (seed 2025; upstream shuffles the rows once with random_state 2025 and cuts batches of 16,384).
-`--trainer upstream`: the same recipe over upstream's per-target padded batches.
+Compiled (models/lstm_kernels.py, float64): the network's forward and reverse pass, one of each per card, and the
+whole fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch
+the fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
+torch path stays as the reference: `finetune(layout="cards")` is the same recipe stepped by torch.optim.AdamW
+(tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the same recipe over upstream's per-target
+padded batches.
 
 Pretraining (`pretrain.py --model LSTM`, Reptile, SB reptile_trainer.train): input_mean/std from the training users
 (every review in the history of each card's last target); then outer steps over the users in turn (task =
@@ -37,7 +42,9 @@ step mod users): a learner copy adapts with AdamW(betas (0, 0.999), weight decay
 task) for up to 15 batches of that user (≤ 16,384 targets each), lr 0.0026945·min(1, step/warm-up), loss
 mean(BCE)·B + 0.000244·‖θ_learner − θ‖², clip 7050; the meta "gradient" θ − θ_learner goes to AdamW(lr 0.02, betas
 (0.9, 0.999), weight decay 0.03) with a linear warm-up from 1e−4× over the first 10% of the steps and cosine decay
-after. Upstream: 100,000 outer steps on users 9000–9099; `--epochs` sets the number of outer steps here.
+after. Upstream: 100,000 outer steps on users 9000–9099; `--epochs` sets the number of outer steps here. Each
+task's inner loop is one compiled call on the fine-tune's kernels (card_fit with `inner_recipe()`, the AdamW state
+carried flat from task to task); `reptile(compiled=False)` steps it in torch (the reference).
 """
 
 from __future__ import annotations
@@ -54,7 +61,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from models.base import InadequateData, ReviewData
-from models.neural_seq import CardBatch, CardSeqNet, CardSet, NeuralModel, TORCH_SEED, pretrain_path
+from models.card_fit import recipe
+from models.lstm_kernels import lstm_cards_loss
+from models.neural_seq import CardBatch, CardSet, CompiledCardNet, NeuralModel, TORCH_SEED, pretrain_path
 
 N_HIDDEN = 20
 N_CURVES = 3
@@ -169,7 +178,12 @@ class RNNWrapper(nn.Module):
         return self.module(x)[0]
 
 
-class LSTMNet(CardSeqNet):
+class LSTMNet(CompiledCardNet):
+    """Fine-tuned and predicted compiled (models/lstm_kernels.py, float64); the torch methods below are the
+    reference path (tests, `--trainer upstream`, Reptile pretraining)."""
+
+    card_loss = lstm_cards_loss
+
     def __init__(self):
         super().__init__()
         H = N_HIDDEN
@@ -194,6 +208,11 @@ class LSTMNet(CardSeqNet):
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def model_consts(self) -> tuple:
+        """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std)."""
+        mean, std = self.input_mean.tolist(), self.input_std.tolist()
+        return float(mean[0]), float(mean[1]), float(std[0]), float(std[1])
 
     def encode(self, x: Tensor) -> Tensor:
         """(Δt days, duration ms, rating) → the 6 inputs: standardised logs and the one-hot rating."""
@@ -302,9 +321,36 @@ def _batch_loss(net: LSTMNet, batch, exp: float) -> Tensor:
     return vec.mean() * vec.shape[0] ** exp
 
 
-def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: str = "cards") -> None:
-    """SB reptile_trainer.finetune (see the module docstring), in place; `layout` "cards" (one pass per card) or
-    "targets" (upstream's per-target padded batches)."""
+def finetune_recipe() -> tuple:
+    """The fine-tune's optimizer recipe for the compiled loop (card_fit.recipe): the piecewise-linear lr per pass
+    times 16000^(1 − batch_size_exp), AdamW(betas (0, 0.999)), loss mean·B^batch_size_exp + the pull towards the
+    pretrained weights, gradient norm clipped."""
+    fp = FINETUNE
+    scale = 16000 ** (1.0 - fp["batch_size_exp"])
+    lrs = [scale * piecewise_lr(k, fp["lr_start"], fp["lr_middle"], fp["lr_end"], fp["warmup"], fp["passes"])
+           for k in range(fp["passes"])]
+    return recipe(lrs, betas=INNER_BETAS, weight_decay=fp["weight_decay"], size_exp=fp["batch_size_exp"],
+                  reg_scale=fp["reg_scale"], clip_norm=fp["clip_norm"])
+
+
+def flat_opt_state(net: nn.Module, opt_state: dict | None) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """A torch AdamW state dict of `net`'s parameters as flat (exp_avg, exp_avg_sq, step) in parameters() order
+    (None: a fresh optimizer)."""
+    if opt_state is None or not opt_state.get("state"):
+        return None
+    states = [opt_state["state"][k] for k in range(len(list(net.parameters())))]
+    steps = {float(st["step"]) for st in states}
+    if len(steps) != 1:
+        raise ValueError(f"LSTM optimizer state: parameters at different steps {sorted(steps)}")
+    flat = lambda key: np.concatenate([st[key].double().numpy().ravel() for st in states])  # noqa: E731
+    return flat("exp_avg"), flat("exp_avg_sq"), int(steps.pop())
+
+
+def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: str = "compiled",
+             batch_size: int = BATCH) -> None:
+    """SB reptile_trainer.finetune (see the module docstring), in place; `layout` "compiled" (one pass per card,
+    the whole loop in one numba call: card_fit.fit_card_groups), "cards" (the same, stepped in torch: the
+    reference) or "targets" (upstream's per-target padded batches)."""
     fp = FINETUNE
     n = len(train)
     x = np.linspace(0, 1, n)
@@ -315,12 +361,18 @@ def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: st
     if not keep.any():
         raise InadequateData("Training data is inadequate.")
     rng = np.random.RandomState(fp["shuffle_seed"])
-    if layout == "cards":
+    if layout in ("compiled", "cards"):
         cards = CardSet(net, train, keep, weights)
-        batches = cards.batches(BATCH, rng.permutation(cards.n_cards))
+        order = rng.permutation(cards.n_cards)
+        if layout == "compiled":  # the same card order every pass
+            net.fit_compiled(cards, np.tile(order, (fp["passes"], 1)), batch_size, finetune_recipe(),
+                             flat_opt_state(net, opt_state))
+            net.eval()
+            return
+        batches = cards.batches(batch_size, order)
     else:
         rows = rng.permutation(n)
-        batches = per_target_batches(train, rows[keep[rows]], BATCH, weights, net.dtype)
+        batches = per_target_batches(train, rows[keep[rows]], batch_size, weights, net.dtype)
     meta = flat_params(net).detach().clone()
     opt = inner_optimizer(net, fp["weight_decay"], opt_state)
     scale = 16000 ** (1.0 - fp["batch_size_exp"])
@@ -335,15 +387,16 @@ def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: st
     net.eval()
 
 
-def anchored_step(net: "LSTMNet", opt: torch.optim.Optimizer, batch, meta: Tensor, recipe: dict) -> None:
+def anchored_step(net: "LSTMNet", opt: torch.optim.Optimizer, batch, meta: Tensor, recipe: dict) -> float:
     """One optimizer step of the fine-tune and of Reptile's inner learner alike: loss = the batch's weighted BCE
-    scaled by B^batch_size_exp + reg_scale·‖θ − meta‖², gradient norm clipped at clip_norm."""
+    scaled by B^batch_size_exp + reg_scale·‖θ − meta‖², gradient norm clipped at clip_norm. Returns the loss."""
     opt.zero_grad()
     loss = _batch_loss(net, batch, recipe["batch_size_exp"])
     loss = loss + recipe["reg_scale"] * torch.sum((flat_params(net) - meta) ** 2)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(net.parameters(), recipe["clip_norm"])
     opt.step()
+    return float(loss.detach())
 
 
 def input_normalisation(users: list[ReviewData]) -> tuple[Tensor, Tensor]:
@@ -359,8 +412,33 @@ def input_normalisation(users: list[ReviewData]) -> tuple[Tensor, Tensor]:
     return torch.tensor(feats.mean(0), dtype=torch.float32), torch.tensor(feats.std(0), dtype=torch.float32)
 
 
-def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -> dict:
-    """SB reptile_trainer.train with whole-card batches; returns the inner optimizer's state dict."""
+def inner_recipe(lr: float) -> tuple:
+    """Reptile's inner learner for the compiled loop (card_fit.recipe): one pass over at most inner_steps groups,
+    AdamW(betas (0, 0.999)) at a constant lr, loss mean·B^batch_size_exp + the pull towards the meta weights."""
+    rp = REPTILE
+    return recipe([lr], betas=INNER_BETAS, weight_decay=rp["inner_weight_decay"], size_exp=rp["batch_size_exp"],
+                  reg_scale=rp["reg_scale"], clip_norm=rp["clip_norm"], max_groups=rp["inner_steps"])
+
+
+def torch_opt_state(net: nn.Module, state: tuple[np.ndarray, np.ndarray, int], weight_decay: float) -> dict:
+    """flat_opt_state's inverse: the state dict of inner_optimizer(net) holding (exp_avg, exp_avg_sq, step)."""
+    opt = inner_optimizer(net, weight_decay, None)
+    m, v, step = state
+    if step > 0:
+        k = 0
+        for p in net.parameters():
+            n = p.numel()
+            opt.state[p] = {"step": torch.tensor(float(step)),
+                            "exp_avg": torch.from_numpy(m[k:k + n].copy()).view_as(p).to(p.dtype),
+                            "exp_avg_sq": torch.from_numpy(v[k:k + n].copy()).view_as(p).to(p.dtype)}
+            k += n
+    return opt.state_dict()
+
+
+def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None, compiled: bool = True) -> dict:
+    """SB reptile_trainer.train with whole-card batches; returns the inner optimizer's state dict. `compiled`: each
+    task's inner loop is one compiled call (card_fit with inner_recipe()); otherwise stepped by torch (the
+    reference). The outer AdamW step is torch's in both."""
     rp = REPTILE
     mean, std = input_normalisation(users)
     net.input_mean.copy_(mean)
@@ -377,27 +455,35 @@ def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None) -
         torch.optim.lr_scheduler.LinearLR(outer, start_factor=1e-4, end_factor=1.0, total_iters=warm),
         torch.optim.lr_scheduler.CosineAnnealingLR(outer, T_max=max(1, outer_steps - warm))], milestones=[warm])
     state = inner_optimizer(net, rp["inner_weight_decay"], None).state_dict()
+    flat_state = None
     for it in range(1, outer_steps + 1):
         cards = tasks[it % len(tasks)]
         learner = copy.deepcopy(net)
-        opt = inner_optimizer(learner, rp["inner_weight_decay"], state)
-        for group in opt.param_groups:
-            group["lr"] = rp["lr"] * min(1.0, it / warm)
-        meta = flat_params(net).detach().clone()
-        learner.train()
+        lr = rp["lr"] * min(1.0, it / warm)
+        loss = float("nan")
         order = torch.randperm(cards.n_cards, generator=gen).numpy()
-        for k, batch in enumerate(cards.batches(BATCH, order)):
-            if k >= rp["inner_steps"]:
-                break
-            anchored_step(learner, opt, batch, meta, rp)
-        state = copy.deepcopy(opt.state_dict())
+        if compiled:
+            flat_state = learner.fit_compiled(cards, order[None, :], BATCH, inner_recipe(lr), flat_state)
+        else:
+            opt = inner_optimizer(learner, rp["inner_weight_decay"], state)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            meta = flat_params(net).detach().clone()
+            learner.train()
+            for k, batch in enumerate(cards.batches(BATCH, order)):
+                if k >= rp["inner_steps"]:
+                    break
+                loss = anchored_step(learner, opt, batch, meta, rp)
+            state = copy.deepcopy(opt.state_dict())
         outer.zero_grad()
         for p, q in zip(net.parameters(), learner.parameters()):
             p.grad = (p.data - q.data).clone()
         outer.step()
         sched.step()
         if log is not None and it % max(1, outer_steps // 10) == 0:
-            log(f"outer step {it}/{outer_steps}: last inner loss {float(loss):.4f}")
+            log(f"outer step {it}/{outer_steps}" + ("" if compiled else f": last inner loss {loss:.4f}"))
+    if compiled and flat_state is not None:
+        return torch_opt_state(net, flat_state, rp["inner_weight_decay"])
     return state
 
 
@@ -438,7 +524,7 @@ class LSTM(NeuralModel):
         data = equalized_train(train)
         if len(data) == 0:
             raise InadequateData("no training rows")
-        layout = "cards" if getattr(self.cfg, "trainer", "fast") == "fast" else "targets"
+        layout = "compiled" if getattr(self.cfg, "trainer", "fast") == "fast" else "targets"
         finetune(self.net, data, self.opt_state, layout)
         return self
 

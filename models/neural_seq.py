@@ -32,15 +32,16 @@ Fine-tuning (`fit_cards`) follows upstream's recipe (spec models.md §0.4, §2) 
   best epoch" by storing `model.state_dict()`, which for an nn.Module aliases the live tensors, so the returned
   "best" weights are always the final ones (spec models.md §12.9; SB other.py@00c9de57 `Trainer.train/eval`).
 
-Compiled networks (`CompiledCardNet`): GRU, GRU-P (models/gru_kernels.py) and NN-17 (models/nn17_kernels.py) give
-their loss and gradient as a compiled `card_loss`, and fit_cards runs this whole recipe (the same groups, Adam/AdamW,
-cosine schedule, clip box) in one numba call in float64 (models/card_fit.py), because for these tiny networks
-torch's per-operation cost (autograd nodes per time step, every optimizer step, parameter conversions) far exceeded
-the arithmetic. The compiled loop is tested equal to this recipe stepped in torch (tests/test_neural.py,
-tests/test_nn17_compiled.py).
+Compiled networks (`CompiledCardNet`): GRU, GRU-P (models/gru_kernels.py), NN-17 (models/nn17_kernels.py) and the
+LSTM (models/lstm_kernels.py) give their loss and gradient as a compiled `card_loss`, and fit_cards runs this whole
+recipe (the same groups, Adam/AdamW, cosine schedule, clip box) in one numba call in float64 (models/card_fit.py),
+because for these small networks torch's per-operation cost (autograd nodes per time step, every optimizer step,
+parameter conversions) far exceeded the arithmetic. The compiled loop is tested equal to this recipe stepped in torch
+(tests/test_neural.py, tests/test_nn17_compiled.py, tests/test_lstm_compiled.py).
 
 Per model: the Transformer keeps upstream's per-target windows (its no-mask quirk, models/transformer.py); the LSTM
-runs its own Reptile-style fine-tune over the same whole-card batches (models/lstm.py).
+runs its own Reptile-style fine-tune over the same whole-card batches (models/lstm.py), through the same compiled
+loop with its own recipe (card_fit.recipe).
 
 Prediction (`predict_cards`) runs the same pass over every card of the test rows (no length limit), in groups of
 cards with ≈ 16,384 targets. Everything is deterministic on CPU for a given seed.
@@ -62,7 +63,7 @@ from torch import Tensor, nn
 
 import training
 from models.base import InadequateData, Model, ReviewData
-from models.card_fit import group_bounds, loop_for
+from models.card_fit import group_bounds, loop_for, recipe
 
 TORCH_SEED = 42
 SHUFFLE_SEED = 2023
@@ -238,14 +239,20 @@ class CompiledCardNet(CardSeqNet):
             self._call(layout, order[bounds[g]:bounds[g + 1]], theta, None, p)
         return p
 
-    def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, lr: float, t_max: int) -> None:
-        """fit_cards's loop in one compiled call, then the weights back into the torch parameters."""
+    def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, recipe: tuple,
+                     state: tuple | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+        """A fine-tune loop in one compiled call (card_fit.fit_card_groups with card_fit.recipe()), then the weights
+        back into the torch parameters; `state` = the optimizer's (exp_avg, exp_avg_sq, step), flat (default:
+        a fresh optimizer). Returns the optimizer's state after the loop (new arrays)."""
         theta = self.theta()
         lower, upper = self.param_bounds()
-        loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
-                        np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta, lower, upper, float(lr),
-                        float(self.wd) if self.optimizer == "adamw" else 0.0, int(t_max))
+        m, v, step = (np.zeros(len(theta)), np.zeros(len(theta)), 0) if state is None else state
+        m, v = np.array(m, dtype=np.float64), np.array(v, dtype=np.float64)
+        steps = loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
+                                               np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta,
+                                               lower, upper, recipe, m, v, int(step))
         self.set_theta(theta)
+        return m, v, int(step) + int(steps)
 
 
 # ----------------------------------------------------------------------------------------------- batching
@@ -379,8 +386,10 @@ def fit_cards(net: "CompiledCardNet", data: ReviewData, *, n_epoch: int, batch_s
     if cards.n_cards == 0:
         raise InadequateData("Training data is inadequate.")
     n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
-    net.fit_compiled(cards, epoch_orders(cards.n_cards, n_epoch, seed), batch_size, net.lr if lr is None else lr,
-                     max(1, n_batches * n_epoch))
+    wd = float(net.wd) if net.optimizer == "adamw" else 0.0
+    net.fit_compiled(cards, epoch_orders(cards.n_cards, n_epoch, seed), batch_size,
+                     recipe(np.full(n_epoch, net.lr if lr is None else lr), max(1, n_batches * n_epoch),
+                            weight_decay=wd))
     net.eval()
     return n_batches
 

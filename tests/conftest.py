@@ -23,3 +23,15 @@ def user12():
 @pytest.fixture
 def user12_short():
     return check_features(12, True)
+
+
+@pytest.fixture(scope="session")
+def user8_lstm():
+    """User 8 with the LSTM's inputs (same-day histories, fractional intervals, durations, equalized rows)."""
+    from check_users import CHECK
+    from data_loader import load_revlogs
+    from features import FeatureConfig, build_features
+    from models.lstm import attach_sequences
+
+    rev = load_revlogs(CHECK, 8)
+    return attach_sequences(build_features(rev, FeatureConfig(short=True)), rev)

@@ -471,12 +471,6 @@ def test_compiled_fit_equals_torch_adamw_loop(cls, user8):
     assert any(not torch.equal(a, b) for a, b in zip(net.parameters(), seeded_net(cls, 11, 0.2).parameters()))
 
 
-@pytest.fixture(scope="module")
-def user8_lstm() -> LSTMData:
-    rev = load_revlogs(CHECK, 8)
-    return attach_sequences(build_features(rev, FeatureConfig(short=True)), rev)
-
-
 def test_lstm_one_pass_equals_per_target(user8_lstm):
     data = user8_lstm
     net = seeded_net(LSTMNet, seed=6, scale=0.1)
@@ -599,6 +593,20 @@ def test_pretrain_cli_writes_loadable_weights(tmp_path):
     fresh = {k: v.clone() for k, v in net.state_dict().items()}
     net.load_state_dict(torch.load(out, weights_only=True))
     assert any(not torch.equal(v, fresh[k]) for k, v in net.state_dict().items())
+
+
+def test_pretrain_cli_lstm_writes_weights_and_optimizer_state(tmp_path):
+    """Reptile (2 outer steps, one small user) through pretrain.py, its progress lines included: LSTM.pth and the
+    inner optimizer's state LSTM_opt.pth, which a fine-tune reads."""
+    import pretrain
+
+    out = tmp_path / "LSTM.pth"
+    assert pretrain.main(["--model", "LSTM", "--data", str(EMBEDDED_DATA), "--users", "3", "--epochs", "2",
+                          "--out", str(out)]) == 0
+    net = LSTMNet()
+    net.load_state_dict(torch.load(out, weights_only=True))
+    state = torch.load(tmp_path / "LSTM_opt.pth", weights_only=True)
+    assert {float(st["step"]) for st in state["state"].values()} == {2.0}  # one inner step per outer step here
 
 
 # ----------------------------------------------------------------------------------------------- runs

@@ -1,0 +1,457 @@
+"""The LSTM row's network (models/lstm.py, spec models.md §2.3) and its reverse pass in numba: `lstm_cards_loss` is
+models/card_fit.py's card_loss for the LSTM.
+
+Why compiled: stepped in torch, the fine-tune (20 passes per fold, two stacked nn.LSTMs and ~20 other operations per
+time step, autograd and AdamW around them) cost ~47 s per 100k reviews, the most of any row. Here one forward and
+one reverse pass per card, in float64:
+- the cards of a call are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are laid out time-major as
+  torch's PackedSequence does (cards sorted by length, longest first; block k holds step k of every card still
+  running), so each layer that acts per position is ONE matrix product over all the chunk's steps, and each LSTM
+  step is one product over the cards still running (np.dot: BLAS);
+- the reverse pass walks the same layers backwards; the weight gradients are products over all steps at the end.
+Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
+clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path
+(tests/test_lstm_compiled.py).
+
+Parameters are flat in LSTMNet.parameters() order (`views` cuts them); `model` = (mean of ln(1e−5 + Δt), mean of
+ln(duration), their stds): the input_mean / input_std buffers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from models.kernel_math import bce
+
+H = 20
+G4 = 4 * H  # gates i, f, g, o
+N_IN = 6
+N_CURVES = 3
+LN_EPS = 1e-5
+CHUNK_STEPS = 512  # measured: per-row arrays of ~512 steps stay in L2; 2048 steps cost ~1.9× per step
+# (name, shape) of LSTMNet.parameters() in order; tests check it against the torch module
+SHAPES = (("pre_w", (H, N_IN)), ("pre_b", (H,)), ("pre_ln", (H,)), ("pre2_w", (H, H)), ("pre2_b", (H,)),
+          ("ln1", (H,)), ("ih1", (G4, H)), ("hh1", (G4, H)), ("bih1", (G4,)), ("bhh1", (G4,)),
+          ("ln2", (H,)), ("ln2_b", (H,)), ("ih2", (G4, H)), ("hh2", (G4, H)), ("bih2", (G4,)), ("bhh2", (G4,)),
+          ("mlp_ln1", (H,)), ("mlp_w1", (H, H)), ("mlp_b1", (H,)), ("mlp_ln2", (H,)), ("mlp_w2", (H, H)),
+          ("mlp_b2", (H,)), ("out_ln", (H,)), ("out_w", (H, H)), ("out_b", (H,)),
+          ("w_w", (N_CURVES, H)), ("w_b", (N_CURVES,)), ("s_w", (N_CURVES, H)), ("s_b", (N_CURVES,)),
+          ("d_w", (N_CURVES, H)), ("d_b", (N_CURVES,)))
+N_PARAMS = sum(int(np.prod(s)) for _, s in SHAPES)
+
+
+@njit(cache=True, error_model="numpy")
+def views(th):
+    """The parameter views of a flat vector (SHAPES order), as a tuple."""
+    o = 0
+
+    def mat(o, r, c):
+        return th[o:o + r * c].reshape((r, c)), o + r * c
+
+    pre_w, o = mat(o, H, N_IN)
+    pre_b, pre_ln = th[o:o + H], th[o + H:o + 2 * H]
+    o += 2 * H
+    pre2_w, o = mat(o, H, H)
+    pre2_b, ln1 = th[o:o + H], th[o + H:o + 2 * H]
+    o += 2 * H
+    ih1, o = mat(o, G4, H)
+    hh1, o = mat(o, G4, H)
+    bih1, bhh1, ln2, ln2_b = th[o:o + G4], th[o + G4:o + 2 * G4], th[o + 2 * G4:o + 2 * G4 + H], \
+        th[o + 2 * G4 + H:o + 2 * G4 + 2 * H]
+    o += 2 * G4 + 2 * H
+    ih2, o = mat(o, G4, H)
+    hh2, o = mat(o, G4, H)
+    bih2, bhh2, mlp_ln1 = th[o:o + G4], th[o + G4:o + 2 * G4], th[o + 2 * G4:o + 2 * G4 + H]
+    o += 2 * G4 + H
+    mlp_w1, o = mat(o, H, H)
+    mlp_b1, mlp_ln2 = th[o:o + H], th[o + H:o + 2 * H]
+    o += 2 * H
+    mlp_w2, o = mat(o, H, H)
+    mlp_b2, out_ln = th[o:o + H], th[o + H:o + 2 * H]
+    o += 2 * H
+    out_w, o = mat(o, H, H)
+    out_b = th[o:o + H]
+    o += H
+    w_w, o = mat(o, N_CURVES, H)
+    w_b = th[o:o + N_CURVES]
+    o += N_CURVES
+    s_w, o = mat(o, N_CURVES, H)
+    s_b = th[o:o + N_CURVES]
+    o += N_CURVES
+    d_w, o = mat(o, N_CURVES, H)
+    d_b = th[o:o + N_CURVES]
+    return (pre_w, pre_b, pre_ln, pre2_w, pre2_b, ln1, ih1, hh1, bih1, bhh1, ln2, ln2_b, ih2, hh2, bih2, bhh2,
+            mlp_ln1, mlp_w1, mlp_b1, mlp_ln2, mlp_w2, mlp_b2, out_ln, out_w, out_b, w_w, w_b, s_w, s_b, d_w, d_b)
+
+
+# ----------------------------------------------------------------------------------------------- activations
+
+EXP_BOUND = 40.0  # σ(±40) and tanh(±20) are 0 or 1 to within 5e−18: no larger argument is needed
+INV_FACTORIAL = tuple(1.0 / math.factorial(k) for k in range(15))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def exp_bounded(x):
+    """e^x for x clamped to ±EXP_BOUND in plain arithmetic, so that the loops over the activations vectorise (libm's
+    exp is one call per element: ~4× slower here, the largest cost of the forward pass): e^(x/64) by its Taylor
+    series to degree 14 (Estrin's scheme), squared 6 times; relative error below 1e−13."""
+    y = min(max(x, -EXP_BOUND), EXP_BOUND) * (1.0 / 64.0)
+    c = INV_FACTORIAL
+    y2 = y * y
+    p = ((((c[14] * y2 + (c[12] + c[13] * y)) * y2 + (c[10] + c[11] * y)) * y2 + (c[8] + c[9] * y)) * y2
+         + (c[6] + c[7] * y)) * y2 + (c[4] + c[5] * y)
+    p = (p * y2 + (c[2] + c[3] * y)) * y2 + (c[0] + c[1] * y)
+    p = p * p
+    p = p * p
+    p = p * p
+    p = p * p
+    p = p * p
+    return p * p
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def sigmoid(z):
+    """1 / (1 + e^−z), relative error below 1e−13."""
+    return 1.0 / (1.0 + exp_bounded(-z))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def tanh(x):
+    """2σ(2x) − 1, absolute error below 1e−14."""
+    return 2.0 / (1.0 + exp_bounded(-2.0 * x)) - 1.0
+
+
+# ----------------------------------------------------------------------------------------------- per-position layers
+
+@njit(cache=True, error_model="numpy")
+def linear(x, w, b):
+    """x [N, in] → x·wᵀ + b."""
+    y = np.dot(x, w.T)
+    for r in range(y.shape[0]):
+        for j in range(y.shape[1]):
+            y[r, j] += b[j]
+    return y
+
+
+@njit(cache=True, error_model="numpy")
+def linear_back(x, w, gy, gw, gb):
+    """Reverse of `linear`: adds dL/dw, dL/db; returns dL/dx."""
+    gw += np.dot(gy.T, x)
+    for r in range(gy.shape[0]):
+        for j in range(gy.shape[1]):
+            gb[j] += gy[r, j]
+    return np.dot(gy, w)
+
+
+@njit(cache=True, error_model="numpy")
+def silu(a):
+    """(a·σ(a), σ(a)): the sigmoid kept for the reverse pass."""
+    y = np.empty_like(a)
+    sg = np.empty_like(a)
+    for r in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            s = sigmoid(a[r, j])
+            sg[r, j] = s
+            y[r, j] = a[r, j] * s
+    return y, sg
+
+
+@njit(cache=True, error_model="numpy")
+def silu_back(a, sg, gy):
+    """dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a)))."""
+    ga = np.empty_like(a)
+    for r in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            s = sg[r, j]
+            ga[r, j] = gy[r, j] * s * (1.0 + a[r, j] * (1.0 - s))
+    return ga
+
+
+@njit(cache=True, error_model="numpy")
+def layer_norm(x, gamma, beta, has_beta):
+    """LayerNorm over the last axis (eps 1e−5): (y, x̂, 1/σ) with y = x̂·γ (+ β)."""
+    n, m = x.shape
+    xh = np.empty_like(x)
+    y = np.empty_like(x)
+    rstd = np.empty(n)
+    for r in range(n):
+        mu = 0.0
+        for j in range(m):
+            mu += x[r, j]
+        mu /= m
+        var = 0.0
+        for j in range(m):
+            var += (x[r, j] - mu) ** 2
+        rs = 1.0 / math.sqrt(var / m + LN_EPS)
+        rstd[r] = rs
+        for j in range(m):
+            xh[r, j] = (x[r, j] - mu) * rs
+            y[r, j] = xh[r, j] * gamma[j] + (beta[j] if has_beta else 0.0)
+    return y, xh, rstd
+
+
+@njit(cache=True, error_model="numpy")
+def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta):
+    """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); returns dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ."""
+    n, m = xh.shape
+    gx = np.empty_like(xh)
+    d = np.empty(m)
+    for r in range(n):
+        s1 = 0.0
+        s2 = 0.0
+        for j in range(m):
+            ggamma[j] += gy[r, j] * xh[r, j]
+            if has_beta:
+                gbeta[j] += gy[r, j]
+            d[j] = gy[r, j] * gamma[j]
+            s1 += d[j]
+            s2 += d[j] * xh[r, j]
+        s1 /= m
+        s2 /= m
+        for j in range(m):
+            gx[r, j] = (d[j] - s1 - xh[r, j] * s2) * rstd[r]
+    return gx
+
+
+# ----------------------------------------------------------------------------------------------- the recurrence
+
+@njit(cache=True, error_model="numpy")
+def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs):
+    """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
+    off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
+    k − 1). Returns (h [N, H], c [N, H], tanh(c), activated gates [N, 4H])."""
+    n = u.shape[0]
+    gates = linear(u, w_ih, b_ih)
+    for r in range(n):
+        for j in range(G4):
+            gates[r, j] += b_hh[j]
+    h = np.empty((n, H))
+    c = np.zeros((n, H))
+    tc = np.empty((n, H))
+    act = np.empty((n, G4))
+    for k in range(len(bs)):
+        r0 = off[k]
+        nk = bs[k]
+        if k > 0:
+            p0 = off[k - 1]
+            gates[r0:r0 + nk] += np.dot(h[p0:p0 + nk], w_hh.T)
+        for q in range(nk):
+            r = r0 + q
+            rp = off[k - 1] + q if k > 0 else r  # c[r] is still 0 when read for the first step
+            for j in range(G4):  # i, f, o: sigmoid; g: tanh
+                z = gates[r, j]
+                act[r, j] = tanh(z) if 2 * H <= j < 3 * H else sigmoid(z)
+            for j in range(H):
+                cj = act[r, H + j] * c[rp, j] + act[r, j] * act[r, 2 * H + j]
+                c[r, j] = cj
+                tc[r, j] = tanh(cj)
+                h[r, j] = act[r, 3 * H + j] * tc[r, j]
+    return h, c, tc, act
+
+
+@njit(cache=True, error_model="numpy")
+def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh):
+    """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
+    gradients; returns dL/du."""
+    n = u.shape[0]
+    dg = np.empty((n, G4))
+    dh_rec = np.zeros((n, H))  # dL/dh through the next step's recurrence
+    dc_next = np.zeros((n, H))  # dL/dc through the next step's cell
+    h_prev = np.zeros((n, H))
+    for k in range(len(bs) - 1, -1, -1):
+        r0 = off[k]
+        nk = bs[k]
+        for q in range(nk):
+            r = r0 + q
+            rp = off[k - 1] + q if k > 0 else -1
+            for j in range(H):
+                i, f, g, o = gates[r, j], gates[r, H + j], gates[r, 2 * H + j], gates[r, 3 * H + j]
+                tc = tanh_c[r, j]
+                dh = gh[r, j] + dh_rec[r, j]
+                dc = dc_next[r, j] + dh * o * (1.0 - tc * tc)
+                cp = c[rp, j] if k > 0 else 0.0
+                dg[r, j] = dc * g * i * (1.0 - i)
+                dg[r, H + j] = dc * cp * f * (1.0 - f)
+                dg[r, 2 * H + j] = dc * i * (1.0 - g * g)
+                dg[r, 3 * H + j] = dh * tc * o * (1.0 - o)
+                if k > 0:
+                    dc_next[rp, j] = dc * f
+                    h_prev[r, j] = h[rp, j]
+        if k > 0:
+            p0 = off[k - 1]
+            dh_rec[p0:p0 + nk] += np.dot(dg[r0:r0 + nk], w_hh)
+    g_hh += np.dot(dg.T, h_prev)
+    for r in range(n):
+        for j in range(G4):
+            g_bhh[j] += dg[r, j]
+    return linear_back(u, w_ih, dg, g_ih, g_bih)
+
+
+# ----------------------------------------------------------------------------------------------- one chunk of cards
+
+@njit(cache=True, error_model="numpy")
+def encode(feats, src, model):
+    """The 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt), ln(clamp(duration,
+    100, 60000)) and the one-hot rating (clamped ≥ 1)."""
+    mean0, mean1, std0, std1 = model
+    x = np.zeros((len(src), N_IN))
+    for r in range(len(src)):
+        s = src[r]
+        x[r, 0] = (math.log(1e-5 + feats[s, 0]) - mean0) / std0
+        x[r, 1] = (math.log(min(max(feats[s, 1], 100.0), 60000.0)) - mean1) / std1
+        x[r, 2 + max(int(feats[s, 2]), 1) - 1] = 1.0
+    return x
+
+
+@njit(cache=True, error_model="numpy")
+def chunk_loss(model, layout, cards, th, want, gr, p_out):
+    """Σ weight·BCE of the targets of `cards` (one chunk), P(recall) into p_out, gradient added into gr (flat)."""
+    feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w = layout
+    (pre_w, pre_b, pre_ln, pre2_w, pre2_b, ln1, ih1, hh1, bih1, bhh1, ln2, ln2_b, ih2, hh2, bih2, bhh2,
+     mlp_ln1, mlp_w1, mlp_b1, mlp_ln2, mlp_w2, mlp_b2, out_ln, out_w, out_b, w_w, w_b, s_w, s_b, d_w, d_b) = views(th)
+    # packed time-major layout: cards longest first; row of (card rank q, step k) = off[k] + q
+    steps = np.empty(len(cards), dtype=np.int64)
+    for q in range(len(cards)):
+        steps[q] = c_steps[cards[q]]
+    rank = np.argsort(-steps, kind="mergesort")
+    n_k = steps[rank[0]]
+    bs = np.zeros(n_k, dtype=np.int64)
+    for q in range(len(cards)):
+        for k in range(steps[q]):
+            bs[k] += 1
+    off = np.zeros(n_k + 1, dtype=np.int64)
+    for k in range(n_k):
+        off[k + 1] = off[k] + bs[k]
+    n = off[n_k]
+    src = np.empty(n, dtype=np.int64)
+    for q in range(len(cards)):
+        c = cards[rank[q]]
+        for k in range(c_steps[c]):
+            src[off[k] + q] = c_start[c] + k
+    # forward, layer by layer over all rows
+    x0 = encode(feats, src, model)
+    a1 = linear(x0, pre_w, pre_b)
+    s1, sg1 = silu(a1)
+    n1, xh1, rs1 = layer_norm(s1, pre_ln, pre_ln, False)
+    a2 = linear(n1, pre2_w, pre2_b)
+    v0, sg2 = silu(a2)
+    u1, xhu1, rsu1 = layer_norm(v0, ln1, ln1, False)
+    h1, c1, tc1, g1 = lstm_forward(u1, ih1, hh1, bih1, bhh1, off, bs)
+    v1 = v0 + h1
+    u2, xhu2, rsu2 = layer_norm(v1, ln2, ln2_b, True)
+    h2, c2, tc2, g2 = lstm_forward(u2, ih2, hh2, bih2, bhh2, off, bs)
+    v2 = v1 + h2
+    m0, xhm0, rsm0 = layer_norm(v2, mlp_ln1, mlp_ln1, False)
+    m1 = linear(m0, mlp_w1, mlp_b1)
+    m2, sgm1 = silu(m1)
+    m3, xhm3, rsm3 = layer_norm(m2, mlp_ln2, mlp_ln2, False)
+    m4 = linear(m3, mlp_w2, mlp_b2)
+    m5, sgm4 = silu(m4)
+    v3 = v2 + m5
+    f0, xhf0, rsf0 = layer_norm(v3, out_ln, out_ln, False)
+    f1 = linear(f0, out_w, out_b)
+    v, sgf1 = silu(f1)
+    # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c)
+    gv = np.zeros((n if want else 0, H))
+    if not want:
+        gr = np.zeros(N_PARAMS)  # unused: the views below need a vector of full length
+    (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
+     g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
+     g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
+    zw = np.empty(N_CURVES)
+    zs = np.empty(N_CURVES)
+    zd = np.empty(N_CURVES)
+    w = np.empty(N_CURVES)
+    pc = np.empty(N_CURVES)
+    gzw = np.empty(N_CURVES)
+    gzs = np.empty(N_CURVES)
+    gzd = np.empty(N_CURVES)
+    loss = 0.0
+    for q in range(len(cards)):
+        c = cards[rank[q]]
+        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
+            r = off[t_pos[jt] - 1] + q  # the state after the target's history
+            t = t_dt[jt]
+            zmax = -np.inf
+            for k in range(N_CURVES):
+                zw[k], zs[k], zd[k] = w_b[k], s_b[k], d_b[k]
+                for i in range(H):
+                    zw[k] += w_w[k, i] * v[r, i]
+                    zs[k] += s_w[k, i] * v[r, i]
+                    zd[k] += d_w[k, i] * v[r, i]
+                zmax = max(zmax, zw[k])
+            tot = 0.0
+            for k in range(N_CURVES):
+                w[k] = math.exp(zw[k] - zmax)
+                tot += w[k]
+            p = 0.0
+            for k in range(N_CURVES):
+                w[k] /= tot
+                pc[k] = (1.0 + t / (1e-7 + math.exp(min(max(zs[k], -25.0), 25.0)))) ** -math.exp(
+                    min(max(zd[k], -25.0), 25.0))
+                p += w[k] * pc[k]
+            p *= 1.0 - 1e-7
+            p_out[jt] = p
+            lo, gp = bce(p, t_y[jt], t_w[jt])
+            loss += lo
+            if want:
+                gp *= 1.0 - 1e-7
+                dot = 0.0
+                for k in range(N_CURVES):
+                    dot += w[k] * pc[k]
+                for k in range(N_CURVES):
+                    s = math.exp(min(max(zs[k], -25.0), 25.0))
+                    d = math.exp(min(max(zd[k], -25.0), 25.0))
+                    base = 1.0 + t / (1e-7 + s)
+                    gzw[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
+                    # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
+                    gs = gp * w[k] * d * pc[k] / base * t / (1e-7 + s) ** 2
+                    gzs[k] = gs * s if -25.0 <= zs[k] <= 25.0 else 0.0
+                    gd = -gp * w[k] * pc[k] * math.log(base)
+                    gzd[k] = gd * d if -25.0 <= zd[k] <= 25.0 else 0.0
+                    g_w_b[k] += gzw[k]
+                    g_s_b[k] += gzs[k]
+                    g_d_b[k] += gzd[k]
+                    for i in range(H):
+                        g_w_w[k, i] += gzw[k] * v[r, i]
+                        g_s_w[k, i] += gzs[k] * v[r, i]
+                        g_d_w[k, i] += gzd[k] * v[r, i]
+                        gv[r, i] += gzw[k] * w_w[k, i] + gzs[k] * s_w[k, i] + gzd[k] * d_w[k, i]
+    if not want:
+        return loss
+    # reverse pass, layer by layer
+    gf0 = linear_back(f0, out_w, silu_back(f1, sgf1, gv), g_out_w, g_out_b)
+    gv3 = layer_norm_back(xhf0, rsf0, out_ln, gf0, g_out_ln, g_out_ln, False)
+    gm3 = linear_back(m3, mlp_w2, silu_back(m4, sgm4, gv3), g_mlp_w2, g_mlp_b2)
+    gs1 = layer_norm_back(xhm3, rsm3, mlp_ln2, gm3, g_mlp_ln2, g_mlp_ln2, False)
+    gm0 = linear_back(m0, mlp_w1, silu_back(m1, sgm1, gs1), g_mlp_w1, g_mlp_b1)
+    gv2 = gv3 + layer_norm_back(xhm0, rsm0, mlp_ln1, gm0, g_mlp_ln1, g_mlp_ln1, False)
+    gu2 = lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2)
+    gv1 = gv2 + layer_norm_back(xhu2, rsu2, ln2, gu2, g_ln2, g_ln2_b, True)
+    gu1 = lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv1, g_ih1, g_hh1, g_bih1, g_bhh1)
+    gv0 = gv1 + layer_norm_back(xhu1, rsu1, ln1, gu1, g_ln1, g_ln1, False)
+    gn1 = linear_back(n1, pre2_w, silu_back(a2, sg2, gv0), g_pre2_w, g_pre2_b)
+    gsa1 = layer_norm_back(xh1, rs1, pre_ln, gn1, g_pre_ln, g_pre_ln, False)
+    linear_back(x0, pre_w, silu_back(a1, sg1, gsa1), g_pre_w, g_pre_b)
+    return loss
+
+
+@njit(cache=True, error_model="numpy")
+def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
+    """models/card_fit.py's card_loss for the LSTM (model: input_mean and input_std, 4 floats): Σ weight·BCE over
+    every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the gradient is ADDED
+    into grad. The cards go in chunks of ≈ CHUNK_STEPS steps, so the per-row arrays stay in cache."""
+    c_steps = layout[2]
+    loss = 0.0
+    lo = 0
+    acc = 0
+    for k in range(len(cards)):
+        acc += c_steps[cards[k]]
+        if acc >= CHUNK_STEPS or k == len(cards) - 1:
+            loss += chunk_loss(model, layout, cards[lo:k + 1], theta, want, grad, p_out)
+            lo = k + 1
+            acc = 0
+    return loss
