@@ -16,8 +16,6 @@ import torch.nn.functional as F
 from check_users import CHECK, UPSTREAM
 import training
 from config import EMBEDDED_DATA, RunConfig
-from data_loader import load_revlogs
-from features import FeatureConfig, build_features
 from models import neural_seq
 from models.base import InadequateData, ReviewData
 from models.gru_p import FACTOR, GRU, GRUNet, GRUP, GRUPNet
