@@ -73,6 +73,18 @@ def test_review_counts_come_from_parquet_metadata_and_users_go_largest_first(tmp
 
 # ------------------------------------------------------------------------------------------------ local pool
 
+def hang_first_attempt(flag) -> None:
+    """The first call (the one that creates `flag`) writes its worker's pid there and sleeps until it is killed; a
+    retry finds the file and returns at once."""
+    try:
+        fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    time.sleep(60)  # killed long before this ends
+
+
 def test_kill_minus_9_of_a_pool_worker_costs_only_a_retry(tmp_path, monkeypatch, reference):
     """kill -9 of the worker running user 1, from outside: user 1 is retried on a new pool, every user gets exactly
     one line, identical to the single-process run, and the run succeeds."""
@@ -81,14 +93,7 @@ def test_kill_minus_9_of_a_pool_worker_costs_only_a_retry(tmp_path, monkeypatch,
 
     def slow_first_attempt(user, cfg, root):
         if user == 1:
-            try:
-                fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            except FileExistsError:
-                pass  # the retry: run normally
-            else:
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                time.sleep(60)  # killed long before this ends
+            hang_first_attempt(flag)
         return original(user, cfg, root)
 
     monkeypatch.setattr(pipeline, "evaluate_user", slow_first_attempt)
@@ -181,14 +186,7 @@ def test_batched_pool_survives_kill_minus_9_and_reports_the_user_that_kills_its_
 
     def prepare(user, cfg, root):
         if user == 1:
-            try:
-                fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            except FileExistsError:
-                pass  # the retry: run normally
-            else:
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                time.sleep(60)  # killed long before this ends
+            hang_first_attempt(flag)
         if user == 2:
             while not (tmp_path / "user1-killed").exists():
                 time.sleep(0.02)
