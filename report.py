@@ -129,10 +129,9 @@ def prepare_inputs(files: list[str], data: str | None, out: Path) -> Inputs:
 def select_rows(spec: str):
     import rows
 
-    names = RECOMMENDED if spec.strip().lower() == "recommended" else None
-    chosen = [rows.BY_NAME[n] for n in names] if names else rows.select(spec)
-    return [r for r in chosen if rows.skip_reason(r) is None], [(r.name, rows.skip_reason(r)) for r in chosen
-                                                                 if rows.skip_reason(r) is not None]
+    chosen = [rows.BY_NAME[n] for n in RECOMMENDED] if spec.strip().lower() == "recommended" else rows.select(spec)
+    why = {r.name: rows.skip_reason(r) for r in chosen}
+    return [r for r in chosen if why[r.name] is None], [(r.name, why[r.name]) for r in chosen if why[r.name]]
 
 
 # ----------------------------------------------------------------------------------------------------- running

@@ -153,21 +153,21 @@ def single(inputs, names, runs, params, args, sections, data) -> str:
     # card resamples: one matrix product per model and metric, chunk by chunk
     card_index = pd.Index(pd.unique(np.concatenate([rows[n]["card_id"].to_numpy() for n in done])))
     common = set.intersection(*(set(rows[n]["review_th"]) for n in done))
-    keyed = {}
+    keyed = {}  # per model: card index, y, p, its rows, and which of its reviews every model evaluated
     for n in done:
         r = rows[n]
-        keyed[n] = (card_index.get_indexer(r["card_id"]), r["y"].to_numpy(np.int64), r["p"].to_numpy(np.float64), r)
+        keyed[n] = (card_index.get_indexer(r["card_id"]), r["y"].to_numpy(np.int64), r["p"].to_numpy(np.float64), r,
+                    r["review_th"].isin(common).to_numpy())
     stats = {n: {"LogLoss": [], "RMSE(bins)": [], "AUC": []} for n in done}
     common_ll = []
     for W in resample.card_multiplicities(len(card_index), args.resamples):
         cols = []
         for n in done:
-            card, y, p, r = keyed[n]
+            card, y, p, r, m = keyed[n]
             stats[n]["LogLoss"].append(resample.log_loss(W, card, y, p))
             stats[n]["RMSE(bins)"].append(resample.rmse_bins(W, card, y, p, r["elapsed_days"], r["i"],
                                                              r["rmse_bins_lapse"]))
             stats[n]["AUC"].append(resample.auc(W, card, y, p))
-            m = r["review_th"].isin(common).to_numpy()
             cols.append(resample.log_loss(W, card[m], y[m], p[m]))
         common_ll.append(np.stack(cols, axis=1))
     order = sorted(done, key=lambda n: lines[n]["metrics"]["LogLoss"])
@@ -494,6 +494,12 @@ def _inline(text: str) -> str:
     return "".join(f"<b>{p}</b>" if k % 2 else p for k, p in enumerate(parts))
 
 
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    """An HTML table from cells that are already HTML (escaped text)."""
+    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
 def _markdown_to_html(text: str) -> str:
     """evaluate.py's tables (headings, paragraphs, pipe tables) as HTML."""
     out, table = [], []
@@ -501,10 +507,7 @@ def _markdown_to_html(text: str) -> str:
     def flush():
         if table:
             cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in table]
-            head, body = cells[0], [r for r in cells[2:]]
-            out.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body)
-                       + "</table>")
+            out.append(_html_table([_inline(c) for c in cells[0]], [[_inline(c) for c in r] for r in cells[2:]]))
             table.clear()
 
     for line in text.splitlines():
@@ -536,10 +539,8 @@ def render_html(title: str, headline: str, sections: list[Section]) -> str:
                 data = base64.b64encode(block[1].read_bytes()).decode("ascii")
                 body.append(f'<img alt="{html.escape(block[2])}" src="data:image/png;base64,{data}">')
             elif kind == "table":
-                header, rows = block[1], block[2]
-                body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-                            + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                                      for row in rows) + "</table>")
+                body.append(_html_table([html.escape(h) for h in block[1]],
+                                        [[html.escape(str(c)) for c in row] for row in block[2]]))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
             "style-src 'unsafe-inline'\">"
