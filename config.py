@@ -16,7 +16,8 @@ DEFAULT_DATA = REPO_ROOT.parent / "anki-revlogs-10k"
 EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
 # Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
-ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM"}  # LSTM: its published --short is its default
+# LSTM, LogisticRegression: their published --short is their default; FSRS-6-one-step is FSRS-6's (Era A) mode.
+ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM", "FSRS-6-one-step", "LogisticRegression"}
 
 
 @dataclass
