@@ -82,9 +82,9 @@ def _short_term(w, s, g):
 
 
 @njit(cache=True)
-def one_step_grad(w, hist_t, hist_g, t, y):
-    """(step?, upstream's gradient of the row's log loss) after running the history `hist_t`, `hist_g` (at least
-    one review) through the one-step recurrence with weights `w`; no step when the new S is at its floor."""
+def run_history(w, hist_t, hist_g):
+    """(S, D) before and after the last review of a history (at least one review) under the one-step recurrence:
+    a later review updates D first and its stability formula reads the new D."""
     n = len(hist_t)
     g0 = hist_g[0]
     s = max(S_MIN, w[g0 - 1])
@@ -101,8 +101,16 @@ def one_step_grad(w, hist_t, hist_g, t, y):
             r = _curve(w, hist_t[k], s)
             s = _failure(w, s, new_d, r) if g == 1 else _success(w, s, new_d, r, g)
         d = new_d
+    return last_s, last_d, s, d
+
+
+@njit(cache=True)
+def one_step_grad(w, hist_t, hist_g, t, y):
+    """(step?, upstream's gradient of the row's log loss) after running the history `hist_t`, `hist_g` (at least
+    one review) through the one-step recurrence with weights `w`; no step when the new S is at its floor."""
+    n = len(hist_t)
+    last_s, last_d, new_s, new_d = run_history(w, hist_t, hist_g)
     grad = np.zeros(21)
-    new_s, new_d = s, d
     if new_s <= S_MIN:
         return False, grad
     g = hist_g[n - 1]
