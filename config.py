@@ -164,7 +164,7 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--secs", action="store_true",
                    help="upstream's --secs: intervals in fractional days (elapsed_seconds / 86400) in histories and "
                         "targets, same-day reviews as targets (with --short), no outlier filter (suffix -secs). For "
-                        "the models that accept it (rows.py); built into the LSTM and LogisticRegression rows")
+                        "the models that declare accepts_secs; built into the LSTM and LogisticRegression rows")
     p.add_argument("--equalize_test_with_non_secs", action="store_true",
                    help="with --secs: each fold tests on the day-mode pipeline's test reviews and trains on every "
                         "secs row before them, so the row sits in the day-mode table (suffix "
