@@ -233,6 +233,8 @@ def history_strings(data: ReviewData) -> tuple[list[str], list[str]]:
     """Upstream's comma-joined t_history / r_history per target row (for peers and per-user TSV output)."""
     t_hist, r_hist = [], []
     for start, p in zip(data.rows["seq_start"].to_numpy(), data.rows["seq_pos"].to_numpy()):
-        t_hist.append(",".join(str(int(x)) for x in data.seq_delta_t[start:start + p]))
+        # whole days print as integers; --secs intervals keep their fraction
+        t_hist.append(",".join(str(int(x)) if float(x).is_integer() else str(float(x))
+                               for x in data.seq_delta_t[start:start + p]))
         r_hist.append(",".join(str(int(x)) for x in data.seq_rating[start:start + p]))
     return t_hist, r_hist

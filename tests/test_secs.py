@@ -104,3 +104,54 @@ def test_result_names_follow_upstreams_suffix_order():
     assert RunConfig(algo="HLR", short=True, secs=True).name == "HLR-short-secs"
     assert RunConfig(algo="LSTM", secs=True, equalize_test_with_non_secs=True).name == "LSTM"
     assert not RunConfig(algo="LSTM", secs=True).secs_mode  # the LSTM's secs inputs are its own
+
+
+def upstream_secs_rows(revlogs, short: bool):
+    """upstream's BaseFeatureEngineer (features/base.py, 2026) in secs mode, written out with pandas row by row of
+    its steps: an independent implementation to hold features.build_features to."""
+    df = revlogs.copy()
+    df["review_th"] = range(1, len(df) + 1)
+    df = df.sort_values(["card_id", "review_th"])
+    df = df[df["rating"].isin([1, 2, 3, 4])].copy()
+    df["i"] = df.groupby("card_id").cumcount() + 1
+    df = df[df["i"] <= 128].copy()
+    df["delta_t"] = df["elapsed_seconds"].map(lambda x: max(0, x / 86400))
+    if not short:
+        df = df[df["elapsed_days"] != 0].copy()
+        df["i"] = df.groupby("card_id").cumcount() + 1
+    df["y"] = (df["rating"] > 1).astype(int)
+    lapse = ((df["rating"] == 1) & (df["delta_t"].astype(str) != "0")).astype(int)
+    df["rmse_bins_lapse"] = lapse.groupby(df["card_id"]).cumsum() - lapse
+    if short:
+        df = df[(df["delta_t"] != 0) | (df["i"] == 1)].copy()
+    df["i"] = df["elapsed_days"].gt(0).groupby(df["card_id"]).cumsum() + 1
+    return df[df["delta_t"] > 0].sort_values("review_th").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("user", [8, 12])
+@pytest.mark.parametrize("short", [True, False])
+def test_secs_rows_equal_upstreams_pipeline_on_real_users(user, short):
+    from check_users import CHECK
+    from data_loader import load_revlogs
+
+    revlogs = load_revlogs(CHECK, user)
+    want = upstream_secs_rows(revlogs, short)
+    got = build_features(revlogs, FeatureConfig(short=short, secs=True)).rows
+    assert len(got) == len(want) > 0
+    for col in ("review_th", "i", "rmse_bins_lapse", "y", "elapsed_days", "card_id"):
+        assert got[col].tolist() == want[col].tolist(), col
+    np.testing.assert_allclose(got["delta_t"], want["delta_t"], rtol=1e-15)
+    if short:  # same-day targets are there
+        assert (got["elapsed_days"] == 0).sum() > 0
+
+
+def test_runner_refuses_secs_where_a_model_does_not_accept_it(tmp_path):
+    from config import EMBEDDED_DATA
+    from data_loader import DataError
+    from runner import run
+
+    base = dict(data=EMBEDDED_DATA, users=[3], processes=1, quiet=True, result_dir=tmp_path)
+    with pytest.raises(DataError, match="HLR: --secs not implemented"):
+        run(RunConfig(algo="HLR", secs=True, **base))
+    with pytest.raises(DataError, match="FSRS-6-one-step: --equalize_test_with_non_secs not implemented"):
+        run(RunConfig(algo="FSRS-6-one-step", equalize_test_with_non_secs=True, **base))
