@@ -94,7 +94,8 @@ class RunConfig:
     def name(self) -> str:
         """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
         flags add none: its published row keeps the model's name)."""
-        builtin = self.builtin_flags
+        # (the model's module is imported only when a flag it could have built in is set)
+        builtin = self.builtin_flags if (self.secs or self.recency or self.equalize_test_with_non_secs) else ()
         parts = [self.algo]
         if self.default:
             parts.append("default")
