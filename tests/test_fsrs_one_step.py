@@ -133,3 +133,14 @@ def test_upstream_check_sizes(tmp_path):
     for line in lines:
         assert line["size"] == UPSTREAM["FSRS-6"][str(line["user"])]["size"]
         assert 0 < line["metrics"]["LogLoss"] < 1 and len(line["parameters"]["0"]) == 21
+
+
+def test_cli_on_one_embedded_user(tmp_path):
+    import runner
+    from config import EMBEDDED_DATA
+
+    argv = ["--model", "FSRS-6-one-step", "--data", str(EMBEDDED_DATA), "--users", "3", "--processes", "1",
+            "--quiet", "--result-dir", str(tmp_path)]
+    assert runner.main(argv, "", "FSRS-6", None) == 0
+    lines, _ = read_results(tmp_path / "FSRS-6-one-step.jsonl")
+    assert len(lines) == 1 and 0 < lines[0]["metrics"]["LogLoss"] < 1 and len(lines[0]["parameters"]["0"]) == 21

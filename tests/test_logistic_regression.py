@@ -89,3 +89,19 @@ def test_upstream_check_sizes_are_the_day_mode_sizes(tmp_path):
     for line in lines:
         assert line["size"] == UPSTREAM["FSRS-6"][str(line["user"])]["size"]
         assert 0 < line["metrics"]["LogLoss"] < 1 and len(line["parameters"]["0"]) == 34
+
+
+def test_cli_on_one_embedded_user(tmp_path):
+    """`other.py --model LogisticRegression` end to end on the embedded data; upstream's command line (its flags
+    spelled out) writes the same result file."""
+    import runner
+    from config import EMBEDDED_DATA
+
+    base = ["--data", str(EMBEDDED_DATA), "--users", "3", "--processes", "1", "--quiet"]
+    assert runner.main(["--model", "LogisticRegression"] + base + ["--result-dir", str(tmp_path / "a")], "",
+                       "FSRS-6", None) == 0
+    upstream = ["--model", "LogisticRegression", "--short", "--secs", "--recency", "--equalize_test_with_non_secs"]
+    assert runner.main(upstream + base + ["--result-dir", str(tmp_path / "b")], "", "FSRS-6", None) == 0
+    a, _ = read_results(tmp_path / "a" / "LogisticRegression.jsonl")
+    b, _ = read_results(tmp_path / "b" / "LogisticRegression.jsonl")
+    assert len(a) == 1 and a[0]["metrics"] == b[0]["metrics"] and 0 < a[0]["metrics"]["LogLoss"] < 1
