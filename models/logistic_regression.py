@@ -64,11 +64,9 @@ def _starts(keys: np.ndarray) -> np.ndarray:
 
 
 def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Inclusive running sum restarting at each group start (float64)."""
-    total = np.cumsum(v, dtype=np.float64)
-    before = total - v
-    first = np.maximum.accumulate(np.where(starts, np.arange(len(v)), 0))
-    return total - before[first]
+    """Inclusive running sum restarting at each group start, summed within the group (pandas' grouped cumsum, so
+    fractional times carry no rounding from a user-wide running total)."""
+    return pd.Series(v, dtype=np.float64).groupby(np.cumsum(starts)).cumsum().to_numpy()
 
 
 def features(data: ReviewData) -> np.ndarray:
