@@ -16,8 +16,7 @@ DEFAULT_DATA = REPO_ROOT.parent / "anki-revlogs-10k"
 EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
 # Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
-# LSTM, LogisticRegression: their published --short is their default; FSRS-6-one-step is FSRS-6's (Era A) mode.
-ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM", "FSRS-6-one-step", "LogisticRegression"}
+ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM"}  # LSTM: its published --short is its default
 
 
 @dataclass
@@ -68,7 +67,7 @@ class RunConfig:
     @property
     def include_short(self) -> bool:
         """Same-day reviews kept inside histories (targets never include them in day mode)."""
-        return self.short or self.algo in ALWAYS_SHORT
+        return self.short or self.algo in ALWAYS_SHORT or "short" in self.builtin_flags
 
     @property
     def builtin_flags(self) -> tuple:
@@ -95,7 +94,8 @@ class RunConfig:
         """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
         flags add none: its published row keeps the model's name)."""
         # (the model's module is imported only when a flag it could have built in is set)
-        builtin = self.builtin_flags if (self.secs or self.recency or self.equalize_test_with_non_secs) else ()
+        flagged = self.short or self.secs or self.recency or self.equalize_test_with_non_secs
+        builtin = self.builtin_flags if flagged else ()
         parts = [self.algo]
         if self.default:
             parts.append("default")
@@ -103,7 +103,7 @@ class RunConfig:
             parts.append("S0")
         if self.two_buttons:
             parts.append("binary")
-        if self.short and self.algo not in ALWAYS_SHORT:
+        if self.short and self.algo not in ALWAYS_SHORT and "short" not in builtin:
             parts.append("short")
         if self.secs and "secs" not in builtin:
             parts.append("secs")

@@ -179,6 +179,7 @@ def sgd_pass(w, seq_t, seq_g, starts, pos, t, y, lr, lo, hi):
 
 class FSRS6OneStep(Model):
     name = "FSRS-6-one-step"
+    builtin_flags = ("short",)  # same-day reviews in the histories, as FSRS-6 (config.ALWAYS_SHORT)
 
     def __init__(self, cfg=None):
         self.cfg = cfg

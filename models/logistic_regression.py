@@ -139,7 +139,7 @@ def recency(n: int) -> np.ndarray:
 class LogisticRegression(Model):
     name = "LogisticRegression"
     accepts_secs = True  # the general --secs pipeline (features.py)
-    builtin_flags = ("secs", "recency", "equalize_test_with_non_secs")  # its published mode, always on
+    builtin_flags = ("short", "secs", "recency", "equalize_test_with_non_secs")  # its published mode, always on
 
     def __init__(self, cfg=None):
         self.cfg = cfg

@@ -126,7 +126,8 @@ def test_training_lowers_the_loss_on_a_real_user(user8_short):
 
 def test_upstream_check_sizes(tmp_path):
     cfg = RunConfig(algo="FSRS-6-one-step", data=CHECK, processes=1, result_dir=tmp_path, quiet=True)
-    assert cfg.name == "FSRS-6-one-step"
+    assert cfg.name == "FSRS-6-one-step" and cfg.include_short  # same-day histories built in, as FSRS-6
+    assert RunConfig(algo="FSRS-6-one-step", short=True).name == "FSRS-6-one-step"
     assert run(cfg).exit_code == 0
     lines, _ = read_results(tmp_path / "FSRS-6-one-step.jsonl")
     assert len(lines) == 2
