@@ -110,7 +110,9 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "Ebisu-v2": (0, "IL, G"),
     "AVG": (0, "---"),
     "MOVING-AVG": (0, "---"),
-    "LogisticRegression": (34, "IL, G, SR"),
+    "LogisticRegression": (34, "IL, FIL, G, SR"),
+    # upstream's file name for "LogisticRegression" (its flags are the row's defaults here)
+    "LogisticRegression-short-secs-recency-equalize_test_with_non_secs": (34, "IL, FIL, G, SR"),
     "RMSE-BINS-EXPLOIT": (0, "IL, G"),
     "90%": (0, "---"),
 }
@@ -137,6 +139,7 @@ DISPLAY_NAMES: dict[str, str] = {
     "Anki-dry-run": "Anki-SM-2",
     "Ebisu-v2": "Ebisu v2",
     "LogisticRegression": "Logistic Regression",
+    "LogisticRegression-short-secs-recency-equalize_test_with_non_secs": "Logistic Regression",
 }
 # Variant suffixes of the FSRS rows, as the README words them ("FSRS-6 default param.", "FSRS-6 pretrain", ...).
 SUFFIX_WORDS: dict[str, str] = {

@@ -39,7 +39,7 @@ class Row:
 # RunConfig field → command-line flag (config.build_parser)
 _FLAG_NAMES = {"default": "--default", "S0": "--S0", "two_buttons": "--binary", "short": "--short",
                "recency": "--recency", "partitions": "--partitions", "disable_short_term": "--disable_short_term",
-               "trainer": "--trainer"}
+               "trainer": "--trainer", "secs": "--secs", "equalize_test_with_non_secs": "--equalize_test_with_non_secs"}
 
 
 def _family(base: str, *, disable_short_term: bool = False) -> list[Row]:
@@ -65,6 +65,7 @@ ROWS: list[Row] = [
     *_family("FSRS-6"),
     Row("FSRS-6-upstream-trainer", "FSRS-6", {"trainer": "upstream"}),  # srs-bench: FSRS-6 with upstream's trainer
     Row("FSRS-rs", "FSRS-rs"),
+    Row("FSRS-6-one-step", "FSRS-6-one-step"),
     *_family("FSRS-5", disable_short_term=True),
     Row("FSRS-4.5", "FSRS-4.5"),
     Row("FSRSv4", "FSRSv4"),

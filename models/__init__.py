@@ -46,6 +46,7 @@ _compiled_code_dir()
 REGISTRY: dict[str, str] = {
     "FSRS-6": "models.fsrs6:FSRS6",
     "FSRS-rs": "models.fsrs_rs:FSRSRs",
+    "FSRS-6-one-step": "models.fsrs_one_step:FSRS6OneStep",
     "FSRS-5": "models.fsrs_v5:FSRS5",
     "FSRS-4.5": "models.fsrs_v45:FSRS45",
     "FSRSv4": "models.fsrs_v4:FSRSv4",
@@ -70,6 +71,7 @@ REGISTRY: dict[str, str] = {
     "MOVING-AVG": "models.baselines:MovingAvg",
     "RMSE-BINS-EXPLOIT": "models.baselines:RMSEBinsExploit",
     "90%": "models.baselines:Constant90",
+    "LogisticRegression": "models.logistic_regression:LogisticRegression",
 }
 
 
