@@ -267,7 +267,7 @@ def fill_log_anchor(stability: dict[int, float]) -> list[float]:
 def initial_weights(train: ReviewData, cfg=None) -> list[float]:
     """DEFAULT_W with S0 (w0..w3) and the curve (w27..w34) from the candidate search (see the module docstring)."""
     rows = train.rows
-    groups = first_review_groups(rows, bool(getattr(cfg, "secs", False)))
+    groups = first_review_groups(rows, bool(getattr(cfg, "secs_mode", False)))  # RunConfig.secs_mode (--secs)
     avg_recall = float(rows["y"].mean())
     best = None
     for cp in CURVE_CANDIDATES:
@@ -306,6 +306,7 @@ class FSRS7(Model):
     """FSRS-7 and FSRS-7 recency (--recency); --default (0 parameters) and --S0 (S0 + curve search, 12) too."""
 
     name = NAME
+    accepts_secs = True  # the general --secs feature pipeline: fractional intervals, same-day targets
 
     def __init__(self, cfg=None):
         if cfg is None:
