@@ -85,6 +85,20 @@ def test_forward_values_by_hand():
     assert got[0] == pytest.approx(p, rel=1e-12)
 
 
+def test_card_major_predictions_equal_a_replay_of_each_history(user8_short):
+    """Every target of 400 real rows (several per card, padded cards of different lengths in one batch) read the
+    state its own history gives when replayed alone in plain python."""
+    data = user8_short.subset(np.arange(400))
+    w = list(W)
+    w[0:4] = [0.3, 1.1, 3.0, 9.0]
+    got = torch_cards.predict(fsrs7, w, data, chunk=64)
+    for k in range(len(data)):
+        t, g = data.history(k)
+        s, _ = hand_states(w, list(zip(t.tolist(), g.tolist())))[-1]
+        p = min(max(hand_r(w, float(data.rows["delta_t"].iat[k]), s), 1e-4), 0.9999)
+        assert got[k] == pytest.approx(p, rel=1e-10)
+
+
 def test_forward_hand_constants():
     """Spot values worked out on paper: R(S, S) of each power curve is its base, so R(S, S) = (W1·b1 + W2·b2)/(W1+W2);
     and D after a first Good is w4 − e^{2·w5} + 1."""
