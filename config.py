@@ -33,7 +33,8 @@ class RunConfig:
     two_buttons: bool = False  # Era A --binary: Hard and Easy become Good
     short: bool = False  # same-day reviews stay in histories (never targets)
     disable_short_term: bool = False  # FSRS-5: w17 = w18 = 0 and frozen (with S0), as upstream script.py
-    # upstream's secs-mode flags; accepted where they are the model's built-in mode (LSTM), refused elsewhere
+    # upstream's secs-mode flags: --secs and --equalize_test_with_non_secs for the models that accept them
+    # (`accepts_secs`), --duration only where it is a model's built-in mode (the LSTM); see secs_mode
     secs: bool = False
     duration: bool = False
     equalize_test_with_non_secs: bool = False
@@ -69,8 +70,30 @@ class RunConfig:
         return self.short or self.algo in ALWAYS_SHORT
 
     @property
+    def builtin_flags(self) -> tuple:
+        """The flags that are the model's published mode, always on (a class attribute `builtin_flags`; e.g. the
+        LSTM's secs/duration/equalized test rows). They add no suffix to the result name."""
+        return _model_attr(self.algo, "builtin_flags", ())
+
+    @property
+    def secs_mode(self) -> bool:
+        """The general --secs feature pipeline (features.py step 5): for a model that declares `accepts_secs`,
+        when --secs is given or is one of its built-in flags. The LSTM handles its secs inputs itself (its own
+        target hook), so it does not declare it."""
+        return bool(_model_attr(self.algo, "accepts_secs", False)) and (self.secs or "secs" in self.builtin_flags)
+
+    @property
+    def equalize_mode(self) -> bool:
+        """--equalize_test_with_non_secs on the general secs pipeline: the test rows of the day-mode pipeline, the
+        secs rows before them for training (split.equalized_folds)."""
+        return self.secs_mode and (self.equalize_test_with_non_secs
+                                   or "equalize_test_with_non_secs" in self.builtin_flags)
+
+    @property
     def name(self) -> str:
-        """Result-file base name: algorithm plus upstream's suffixes, in upstream's order."""
+        """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
+        flags add none: its published row keeps the model's name)."""
+        builtin = self.builtin_flags
         parts = [self.algo]
         if self.default:
             parts.append("default")
@@ -80,8 +103,12 @@ class RunConfig:
             parts.append("binary")
         if self.short and self.algo not in ALWAYS_SHORT:
             parts.append("short")
-        if self.recency:
+        if self.secs and "secs" not in builtin:
+            parts.append("secs")
+        if self.recency and "recency" not in builtin:
             parts.append("recency")
+        if self.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin:
+            parts.append("equalize_test_with_non_secs")
         if self.trainer != "fast":
             parts.append(f"{self.trainer}-trainer")
         if self.partitions != "none":
@@ -89,6 +116,16 @@ class RunConfig:
         if self.disable_short_term:
             parts.append("disable_short_term")
         return "-".join(parts)
+
+
+def _model_attr(algo: str, attr: str, default):
+    """A class attribute of the registered model `algo` (default for an unknown name)."""
+    import models
+
+    try:
+        return getattr(models.model_class(algo), attr, default)
+    except (ValueError, ImportError):
+        return default
 
 
 def build_parser(description: str, default_algo: str, algo_choices: list[str] | None) -> argparse.ArgumentParser:
@@ -123,12 +160,17 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="FSRS-5: no short-term stability term (w17 = w18 = 0, their gradients and S0's zeroed, as "
                         "upstream script.py's enable_short_term=False); same-day reviews stay in the histories "
                         "(suffix -disable_short_term)")
-    for flag, what in (("--secs", "fractional-day intervals (elapsed_seconds / 86400)"),
-                       ("--duration", "answer durations as inputs"),
-                       ("--equalize_test_with_non_secs", "the test reviews of the day-mode pipeline")):
-        p.add_argument(flag, action="store_true",
-                       help=f"upstream's {flag}: {what}. Built into the LSTM row (its published mode; accepted and "
-                            "changes nothing there); not implemented for other models, which refuse it")
+    p.add_argument("--secs", action="store_true",
+                   help="upstream's --secs: intervals in fractional days (elapsed_seconds / 86400) in histories and "
+                        "targets, same-day reviews as targets (with --short), no outlier filter (suffix -secs). For "
+                        "the models that accept it (rows.py); built into the LSTM and LogisticRegression rows")
+    p.add_argument("--equalize_test_with_non_secs", action="store_true",
+                   help="with --secs: each fold tests on the day-mode pipeline's test reviews and trains on every "
+                        "secs row before them, so the row sits in the day-mode table (suffix "
+                        "-equalize_test_with_non_secs)")
+    p.add_argument("--duration", action="store_true",
+                   help="upstream's --duration: answer durations as inputs. Built into the LSTM row (its published "
+                        "mode); refused by other models")
     p.add_argument("--n_splits", type=int, default=5, help="TimeSeriesSplit folds")
     p.add_argument("--batch_size", type=int, default=512, help="training batch size")
     p.add_argument("--max_seq_len", type=int, default=64,

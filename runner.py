@@ -60,11 +60,15 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     Another run writing the same result file is a DataError (exit 2) before any work."""
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
-    builtin = getattr(models.model_class(cfg.algo), "builtin_flags", ())
-    refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs") if getattr(cfg, f) and f not in builtin]
+    builtin = cfg.builtin_flags
+    accepts = getattr(models.model_class(cfg.algo), "accepts_secs", False)
+    refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs")
+               if getattr(cfg, f) and f not in builtin and not (accepts and f != "duration")]
     if refused:
-        raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (upstream's secs mode "
-                        "is built into the LSTM row only)")
+        raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (the models that "
+                        "accept upstream's secs mode declare accepts_secs; --duration is the LSTM's only)")
+    if cfg.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin and not cfg.secs_mode:
+        raise DataError("--equalize_test_with_non_secs needs --secs")
     if cfg.batch_users is not None and cfg.batch_users < 1:
         raise DataError("--batch-users must be at least 1")
     slots = device_slots(cfg)
