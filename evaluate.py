@@ -59,7 +59,7 @@ FEATURE_LEGEND = {
 # -binary stores 21 but w1, w3, w15, w16 are never used; neural rows store none), so for these names it wins.
 _FSRS6_IN = _FSRS5_IN = "IL, G, SR"
 KNOWN_MODELS: dict[str, tuple[int, str]] = {
-    "FSRS-7": (35, "IL, G, SR"),  # srs-bench runs it in day mode until the general --secs pipeline is in
+    "FSRS-7": (35, "FIL, G, SR"),  # its built-in --secs: fractional intervals
     "FSRS-7-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's file name for "FSRS-7"
     "FSRS-7-short-secs-recency-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # ... for "FSRS-7 recency"
     "FSRS-6": (21, _FSRS6_IN),

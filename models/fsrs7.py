@@ -2,7 +2,10 @@
 
 Version followed: upstream srs-benchmark models/fsrs_v7.py @049be71984b7 (the 35-parameter model; upstream marks
 FSRS-7 unstable, its file has dozens of later revisions). Published mode: `--short --secs` (same-day reviews in the
-histories, intervals in fractional days), evaluated on the day-mode test reviews (`--equalize_test_with_non_secs`).
+histories, intervals in fractional days), evaluated on the day-mode test reviews (`--equalize_test_with_non_secs`):
+these are the row's built-in flags, so `python other.py --model FSRS-7 [--recency]` reproduces upstream's
+`FSRS-7-short-secs[-recency]-equalize_test_with_non_secs` rows and writes result/FSRS-7[-recency].jsonl. Training
+then sees every secs-pipeline target before the fold's first test review, same-day reviews included.
 
 State (S, D). w = w0..w34.
 - First review (grade G): S = w[G−1]; D = clamp(D0(G), 1, 10), D0(G) = w4 − e^{w5(G−1)} + 1.
@@ -21,8 +24,7 @@ State (S, D). w = w0..w34.
 
 Clip after every step (upstream's FSRS7ParameterClipper, in order): w0 ∈ [s_min, 50], w1 ∈ [w0, 100], w2 ∈ [w1, 100],
 w3 ∈ [w2, 100], w28 ∈ [w27, 0.95], w30 ∈ [w29, 0.99]; the rest a fixed box (LOWER/UPPER). s_min = 1e−4 is the
---secs value (upstream config), used here in day mode too (FSRS-7 is a secs-mode model; upstream's day mode would
-use 0.01, for the stability clamp and w0 alike).
+--secs value (upstream config), the row's mode (upstream run without --secs would clamp at 0.01).
 
 Initial weights (`initial_weights`, upstream `initialize_parameters`): for each of 16 candidate curve-parameter sets
 (w27..w34), fit S0 per first rating on the first long-term reviews (i == 2) grouped by (first rating, interval) —
@@ -307,6 +309,9 @@ class FSRS7(Model):
 
     name = NAME
     accepts_secs = True  # the general --secs feature pipeline: fractional intervals, same-day targets
+    # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's
+    # `--short --secs --equalize_test_with_non_secs` (--short through config.ALWAYS_SHORT)
+    builtin_flags = ("secs", "equalize_test_with_non_secs")
 
     def __init__(self, cfg=None):
         if cfg is None:

@@ -156,6 +156,17 @@ def test_bin_interval():
     assert got.tolist() == pytest.approx([10 * minute, 20 * minute, 2 / 24, 22 / 24, 1.0, 12.0])
 
 
+def test_secs_first_review_groups_are_binned():
+    """With --secs the first long-term reviews group by binned interval: 12 and 17 minutes share the 10-minute bin,
+    1.2 and 1.9 days the 1-day bin; i != 2 rows are not used; the smoothing is applied later, per candidate."""
+    rows = pd.DataFrame({"i": [2, 2, 2, 2, 3], "first_rating": [3, 3, 3, 3, 3],
+                         "delta_t": [12 / 1440, 17 / 1440, 1.2, 1.9, 5.0], "y": [1, 0, 1, 1, 0]})
+    t, mean, n = fsrs7.first_review_groups(rows, secs=True)[3]
+    assert t.tolist() == pytest.approx([10 / 1440, 1.0]) and mean.tolist() == [0.5, 1.0] and n.tolist() == [2, 2]
+    t, _, n = fsrs7.first_review_groups(rows, secs=False)[3]
+    assert len(t) == 4 and n.tolist() == [1, 1, 1, 1]
+
+
 def test_s0_search_picks_the_generating_curve():
     """First long-term reviews after a first Good, with recall exactly candidate 5's curve at S = 3 on 6 intervals
     and a million reviews each (smoothing and the L1 pull vanish): the search must pick candidate 5 and S3 ≈ 3;
@@ -190,8 +201,8 @@ def test_s0_search_picks_the_generating_curve():
 # ----------------------------------------------------------------------------------------------- training, rows
 
 def test_training_lowers_loss_on_a_real_user(user8_short):
-    """The first 2,000 targets of upstream-check user 8: trained weights fit better than the S0-initialised ones."""
-    train = user8_short.subset(np.arange(2000))
+    """The first 1,200 targets of upstream-check user 8: trained weights fit better than the S0-initialised ones."""
+    train = user8_short.subset(np.arange(1200))
     model = FSRS7(RunConfig(algo="FSRS-7"))
     w0 = fsrs7.initial_weights(train)
 
@@ -207,10 +218,13 @@ def test_training_lowers_loss_on_a_real_user(user8_short):
 
 
 @pytest.mark.parametrize("flags, name, n_params", [([], "FSRS-7", 35), (["--recency"], "FSRS-7-recency", 35),
-                                                   (["--default"], "FSRS-7-default", 0), (["--S0"], "FSRS-7-S0", 12)])
+                                                   (["--default"], "FSRS-7-default", 0), (["--S0"], "FSRS-7-S0", 12),
+                                                   (["--short", "--secs", "--equalize_test_with_non_secs"], "FSRS-7",
+                                                    35)])
 def test_row_names_and_parameter_counts(flags, name, n_params):
+    """The published flags are built in: upstream's command line names the same row."""
     cfg = config_from_args(build_parser("t", "FSRS-6", None).parse_args(["--model", "FSRS-7", *flags]))
-    assert cfg.name == name and cfg.include_short
+    assert cfg.name == name and cfg.include_short and cfg.secs_mode and cfg.equalize_mode
     assert FSRS7(cfg).n_params == n_params
 
 
