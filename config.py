@@ -16,7 +16,7 @@ DEFAULT_DATA = REPO_ROOT.parent / "anki-revlogs-10k"
 EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
 # Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
-ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM"}  # LSTM: its published --short is its default
+ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM", "FSRS-7"}  # LSTM, FSRS-7: their published --short
 
 
 @dataclass

@@ -59,7 +59,9 @@ FEATURE_LEGEND = {
 # -binary stores 21 but w1, w3, w15, w16 are never used; neural rows store none), so for these names it wins.
 _FSRS6_IN = _FSRS5_IN = "IL, G, SR"
 KNOWN_MODELS: dict[str, tuple[int, str]] = {
-    "FSRS-7": (35, "IL, G, SR"),
+    "FSRS-7": (35, "FIL, G, SR"),  # its built-in --secs: fractional intervals
+    "FSRS-7-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's file name for "FSRS-7"
+    "FSRS-7-short-secs-recency-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # ... for "FSRS-7 recency"
     "FSRS-6": (21, _FSRS6_IN),
     "FSRS-6-default": (0, _FSRS6_IN),
     "FSRS-6-dry-run": (0, _FSRS6_IN),
@@ -127,6 +129,8 @@ NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer")
 # How upstream's README tables name the rows (the tables are hand-edited from the result-file names).
 DISPLAY_NAMES: dict[str, str] = {
     "LSTM-short-secs-equalize_test_with_non_secs": "LSTM",
+    "FSRS-7-short-secs-equalize_test_with_non_secs": "FSRS-7",
+    "FSRS-7-short-secs-recency-equalize_test_with_non_secs": "FSRS-7 recency",
     "FSRSv4": "FSRS v4",
     "FSRSv3": "FSRS v3",
     "FSRSv2": "FSRS v2",

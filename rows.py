@@ -62,6 +62,7 @@ ROWS: list[Row] = [
     Row("GRU-P-short", "GRU-P", {"short": True}),
     Row("GRU-P", "GRU-P"),
     Row("FSRS-7", "FSRS-7"),
+    Row("FSRS-7-recency", "FSRS-7", {"recency": True}),
     *_family("FSRS-6"),
     Row("FSRS-6-upstream-trainer", "FSRS-6", {"trainer": "upstream"}),  # srs-bench: FSRS-6 with upstream's trainer
     Row("FSRS-rs", "FSRS-rs"),

@@ -44,6 +44,7 @@ def _compiled_code_dir() -> None:
 _compiled_code_dir()
 
 REGISTRY: dict[str, str] = {
+    "FSRS-7": "models.fsrs7:FSRS7",
     "FSRS-6": "models.fsrs6:FSRS6",
     "FSRS-rs": "models.fsrs_rs:FSRSRs",
     "FSRS-6-one-step": "models.fsrs_one_step:FSRS6OneStep",
