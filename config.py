@@ -134,8 +134,11 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--max_seq_len", type=int, default=64,
                    help="longest training history; each card keeps its first 2x this many reviews")
     p.add_argument("--n_epoch", type=int, default=5, help="training epochs")
-    p.add_argument("--trainer", choices=["fast", "upstream"], default="fast",
+    p.add_argument("--trainer", choices=["fast", "autograd", "upstream"], default="fast",
                    help="fast: the upstream objective minimised with compiled one-pass-per-card gradients; "
+                        "autograd: the same batches and steps, gradients by torch autograd through one pass per "
+                        "card (models/autograd_engine.py; models with torch step functions; suffix "
+                        "-autograd-trainer); "
                         "upstream: srs-benchmark's torch trainer (sorted-length batches of 512, randperm(2023) "
                         "order, best epoch), for comparison (suffix -upstream-trainer)")
     p.add_argument("--torch_num_threads", type=int, default=1, help="torch threads per worker")

@@ -60,7 +60,11 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     Another run writing the same result file is a DataError (exit 2) before any work."""
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
-    builtin = getattr(models.model_class(cfg.algo), "builtin_flags", ())
+    cls = models.model_class(cfg.algo)
+    if cfg.trainer == "autograd" and not getattr(cls, "autograd", False):
+        raise DataError(f"{cfg.algo}: --trainer autograd needs a model with torch step functions (a SeqModel whose "
+                        "kernels module has torch_init/torch_step/torch_curve, or a model file: docs/own-model.md)")
+    builtin = getattr(cls, "builtin_flags", ())
     refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs") if getattr(cfg, f) and f not in builtin]
     if refused:
         raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (upstream's secs mode "

@@ -27,7 +27,7 @@ Float64 on the CPU by default; any torch device when given (`device="cuda"`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -225,11 +225,22 @@ class AutogradEngine:
         return float(loss), grad
 
     def fit(self, w0, train: ReviewData, cfg=None, recipe: Recipe | dict | None = None, *, w_init=None, sigma=None,
-            grad_mask=None, keep: np.ndarray | None = None) -> np.ndarray:
+            grad_mask=None, keep: np.ndarray | None = None, lr: float | None = None, betas=None,
+            seed: int | None = None, check_every_epoch: bool = False, batching: str = "cards",
+            sort_kind: str = "stable") -> np.ndarray:
         """Trained weights from w0 (clipped), SeqEngine.fit's arguments: cfg supplies n_epoch, batch_size,
         max_seq_len and recency (a recipe's own values win); `keep` restricts the training rows; w_init/sigma the
-        L2 prior (none if sigma is None); grad_mask zeros the gradient of frozen parameters."""
+        L2 prior (none if sigma is None); grad_mask zeros the gradient of frozen parameters. lr, betas, seed and
+        check_every_epoch, when given, override the recipe (SeqEngine.fit's keywords, so that a SeqModel runs on
+        either engine); only the "cards" batching exists here (sort_kind belongs to the "length" one)."""
         recipe = recipe if isinstance(recipe, Recipe) else Recipe.from_dict(recipe)
+        if batching != "cards":
+            raise ValueError(f"the autograd engine batches whole cards only (batching {batching!r} asked)")
+        overrides = {k: v for k, v in (("lr", lr), ("betas", betas), ("seed", seed)) if v is not None}
+        if check_every_epoch:
+            overrides["keep"] = "every_epoch"
+        if overrides:
+            recipe = replace(recipe, **overrides)
         n_epoch = int(recipe.n_epoch if recipe.n_epoch is not None else getattr(cfg, "n_epoch", 5))
         batch_size = int(recipe.batch_size if recipe.batch_size is not None else getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
