@@ -69,9 +69,18 @@ class RunConfig:
         return self.short or self.algo in ALWAYS_SHORT
 
     @property
+    def model_name(self) -> str:
+        """The model's name: --algo, or the NAME a model file declares (its stem if none)."""
+        if str(self.algo).endswith(".py"):
+            from models.own_model import declared_name
+
+            return declared_name(self.algo)
+        return self.algo
+
+    @property
     def name(self) -> str:
         """Result-file base name: algorithm plus upstream's suffixes, in upstream's order."""
-        parts = [self.algo]
+        parts = [self.model_name]
         if self.default:
             parts.append("default")
         if self.S0:
@@ -93,8 +102,12 @@ class RunConfig:
 
 def build_parser(description: str, default_algo: str, algo_choices: list[str] | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--algo", "--model", dest="algo", default=default_algo, choices=algo_choices,
-                   help="model to evaluate (--model is the seed README's name for the same flag)")
+    p.add_argument("--algo", "--model", dest="algo", default=default_algo, type=algo_arg(algo_choices),
+                   metavar="MODEL",
+                   help="model to evaluate (--model is the seed README's name for the same flag): "
+                        + (f"one of {', '.join(algo_choices)}, or " if algo_choices else "")
+                        + "a model file path/to/my_model.py written to the own-model contract "
+                          "(docs/own-model.md; result file named after its NAME)")
     p.add_argument("--rust", dest="algo", action="store_const", const="FSRS-rs", default=argparse.SUPPRESS,
                    help="upstream's script.py --rust: evaluate FSRS-rs (FSRS-6 trained by the Rust fsrs crate via "
                         "fsrs-rs-python's benchmark()); same as --algo FSRS-rs, result file FSRS-rs")
@@ -167,6 +180,27 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                         "(models/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
                         "batched path with --processes workers taking chunks (default: 64 on CUDA, 1 on the CPU)")
     return p
+
+
+def algo_arg(choices: list[str] | None):
+    """--algo/--model: a registered name (one of `choices` when given) or a model file (*.py), loaded and checked
+    here so that a missing or broken file is one clear error (exit 2) before any work; kept as an absolute path
+    so that worker processes find it."""
+    def parse(value: str) -> str:
+        from models.own_model import ModelFileError, is_model_path, load
+
+        if is_model_path(value):
+            try:
+                load(value)
+            except ModelFileError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+            return str(Path(value).expanduser().resolve())
+        if choices is not None and value not in choices:
+            raise argparse.ArgumentTypeError(f"unknown model {value!r} (choose from {', '.join(choices)}, or give "
+                                             "a model file path/to/my_model.py)")
+        return value
+    parse.__name__ = "model"
+    return parse
 
 
 def device_arg(value: str) -> str:

@@ -60,7 +60,12 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     Another run writing the same result file is a DataError (exit 2) before any work."""
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
-    cls = models.model_class(cfg.algo)
+    from models.own_model import ModelFileError
+
+    try:
+        cls = models.model_class(cfg.algo)
+    except ModelFileError as exc:
+        raise DataError(str(exc)) from None
     if cfg.trainer == "autograd" and not getattr(cls, "autograd", False):
         raise DataError(f"{cfg.algo}: --trainer autograd needs a model with torch step functions (a SeqModel whose "
                         "kernels module has torch_init/torch_step/torch_curve, or a model file: docs/own-model.md)")

@@ -271,6 +271,8 @@ class AutogradEngine:
 
         n_cards = len(cards.c_start)
         n_targets = len(cards.t_pos)
+        pw = recipe.prior_weight
+        inv_var = inv_var * (pw(n_targets) if callable(pw) else float(pw))
         rng = np.random.default_rng(recipe.seed)
         orders = [rng.permutation(n_cards).astype(np.int64) for _ in range(n_epoch)]
         sizes = cards.c_te - cards.c_tb
