@@ -17,6 +17,9 @@ EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
 # Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
 ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM"}  # LSTM: its published --short is its default
+# Models whose published run is recency-weighted, built into the model (its RECIPE): the result name carries
+# "-recency" with or without the flag (SBD: upstream publishes `--algo SBD --recency`, file SBD-recency)
+ALWAYS_RECENCY = {"SBD"}
 
 
 @dataclass
@@ -89,7 +92,7 @@ class RunConfig:
             parts.append("binary")
         if self.short and self.algo not in ALWAYS_SHORT:
             parts.append("short")
-        if self.recency:
+        if self.recency or self.algo in ALWAYS_RECENCY:
             parts.append("recency")
         if self.trainer != "fast":
             parts.append(f"{self.trainer}-trainer")

@@ -64,6 +64,7 @@ REGISTRY: dict[str, str] = {
     "DASH[ACT-R]": "models.dash:DASHACTR",
     "ACT-R": "models.act_r:ACTR",
     "HLR": "models.hlr:HLR",
+    "SBD": "models.sbd",  # a one-file torch model (models/own_model.py's contract)
     "SM2-trainable": "models.sm2_trainable:SM2Trainable",
     "Anki": "models.anki:Anki",
     "SM2": "models.sm2:SM2",

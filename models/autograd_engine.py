@@ -309,51 +309,55 @@ class AutogradEngine:
         return self.clip(w if recipe.keep == "last" else best_w)
 
     def _lbfgs(self, w0, w_init, inv_var, mask, cards: Cards, recipe: Recipe):
-        """Full-batch L-BFGS on mean weighted BCE + prior_weight·prior (upstream's SBD recipe); every target of
-        every card in one forward pass per evaluation. A non-finite objective or gradient reads as a very bad
-        point (1e6, zero gradient), so the line search backs off; w_init back when the fit ends worse."""
+        """Full-batch L-BFGS (lbfgs_fit) with every target of every card in one forward pass per evaluation."""
         everything = self._all_cards(cards)
-        n_targets = len(cards.t_pos)
-        denom = float(cards.t_wt.sum())
-        lam = recipe.prior_weight(n_targets) if callable(recipe.prior_weight) else float(recipe.prior_weight)
-        inv_var_t = torch.as_tensor(inv_var, dtype=self.dtype, device=self.device)
-        anchor = torch.as_tensor(w_init, dtype=self.dtype, device=self.device)
-        mask_t = torch.as_tensor(mask, dtype=self.dtype, device=self.device)
-        lo = torch.as_tensor(self.lower, dtype=self.dtype, device=self.device)
-        hi = torch.as_tensor(self.upper, dtype=self.dtype, device=self.device)
-        w = self._tensor(w0, True)
+        return lbfgs_fit(w0, lambda w: self._bce_sum(w, everything), float(cards.t_wt.sum()), len(cards.t_pos),
+                         w_init, inv_var, mask, self.lower, self.upper, recipe, self.device, self.dtype)
 
-        def objective():
-            return self._bce_sum(w, everything) / denom + lam * torch.sum((w - anchor) ** 2 * inv_var_t)
 
-        optimizer = torch.optim.LBFGS([w], lr=recipe.lr, max_iter=recipe.max_iter, history_size=recipe.history_size,
-                                      line_search_fn="strong_wolfe", tolerance_grad=recipe.tolerance_grad,
-                                      tolerance_change=recipe.tolerance_change)
+def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_var, mask, lower, upper,
+              recipe: Recipe, device=None, dtype=torch.float64) -> np.ndarray:
+    """torch's L-BFGS (strong-Wolfe line search, recipe's lr / max_iter / history / tolerances) on
+    bce_sum(w) / denom + λ·Σ(w − w_init)²·inv_var, λ = recipe.prior_weight (or prior_weight(n_targets)); upstream's
+    SBD recipe. A non-finite objective or gradient reads as a very bad point (1e6, zero gradient), so the line
+    search backs off; with revert_if_worse, w_init comes back when the fit ends higher than it started. Shared by
+    the card-major engine and the per-target trainer (models/own_model.py, --trainer upstream)."""
+    lam = recipe.prior_weight(n_targets) if callable(recipe.prior_weight) else float(recipe.prior_weight)
+    as_t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)  # noqa: E731
+    inv_var_t, anchor, mask_t, lo, hi = as_t(inv_var), as_t(w_init), as_t(mask), as_t(lower), as_t(upper)
+    w = as_t(w0).clone().requires_grad_(True)
 
-        def closure():
-            optimizer.zero_grad()
-            loss = objective()
-            if torch.isfinite(loss):
-                loss.backward()
-                w.grad.mul_(mask_t)
-            if not torch.isfinite(loss) or w.grad is None or not bool(torch.isfinite(w.grad).all()):
-                optimizer.zero_grad()
-                w.grad = torch.zeros_like(w)
-                loss = loss.detach().new_tensor(1e6)
-            return loss
+    def objective():
+        return bce_sum(w) / denom + lam * torch.sum((w - anchor) ** 2 * inv_var_t)
 
+    optimizer = torch.optim.LBFGS([w], lr=recipe.lr, max_iter=recipe.max_iter, history_size=recipe.history_size,
+                                  line_search_fn="strong_wolfe", tolerance_grad=recipe.tolerance_grad,
+                                  tolerance_change=recipe.tolerance_change)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = objective()
+        if torch.isfinite(loss):
+            loss.backward()
+            w.grad.mul_(mask_t)
+        if not torch.isfinite(loss) or w.grad is None or not bool(torch.isfinite(w.grad).all()):
+            w.grad = torch.zeros_like(w)
+            loss = loss.detach().new_tensor(1e6)
+        return loss
+
+    with torch.no_grad():
+        start = float(objective())
+    try:
+        optimizer.step(closure)
         with torch.no_grad():
-            start = float(objective())
-        try:
-            optimizer.step(closure)
-            with torch.no_grad():
-                w.copy_(torch.minimum(torch.maximum(w, lo), hi))
-                final = float(objective())
-        except RuntimeError:
-            final = math.nan
-        if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
-            return self.clip(w_init)
-        return self.clip(w.detach().cpu().numpy().astype(np.float64))
+            w.copy_(torch.minimum(torch.maximum(w, lo), hi))
+            final = float(objective())
+    except RuntimeError:
+        final = math.nan
+    w_fit = np.minimum(np.maximum(w.detach().cpu().numpy().astype(np.float64), lower), upper)
+    if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
+        return np.minimum(np.maximum(np.asarray(w_init, dtype=np.float64), lower), upper)
+    return w_fit
 
 
 def _adam_step(w, grad, m, v, step, lr, b1, b2, eps, weight_decay):

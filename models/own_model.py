@@ -189,6 +189,8 @@ class OwnModel(Model):
         funcs = types.SimpleNamespace(  # training.py's batches carry grades as floats; the contract gives int64
             torch_init=lambda w, g, t: init(w, g.long(), t), torch_step=lambda w, s, t, g: step(w, s, t, g.long()),
             torch_curve=_fn(self.module, "curve"))
+        if self.recipe.optimizer == "lbfgs":
+            return self._lbfgs_upstream(funcs, w_init, train)
         sigma = None
         if self.sigma is not None:
             pw = self.recipe.prior_weight
@@ -197,6 +199,39 @@ class OwnModel(Model):
         net = TorchSeqNet(funcs, w_init, self.lower, self.upper, w_init=w_init, sigma=sigma, dtype=torch.float64)
         training.train(net, train, self.cfg, lr=self.recipe.lr, dtype=torch.float64)
         return net.w.detach().double().numpy()
+
+    def _lbfgs_upstream(self, funcs, w_init, train: ReviewData) -> np.ndarray:
+        """Upstream's full-batch L-BFGS the way upstream computes it (SBD's fit): every training row's own history,
+        in BatchDataset's length-sorted batches of 8192 (upstream's FIT_BATCH_SIZE), summed."""
+        import torch
+        import torch.nn.functional as F
+
+        import training
+        from models.autograd_engine import lbfgs_fit
+
+        use_recency = self.recipe.recency if self.recipe.recency is not None else bool(self.cfg.recency)
+        weights = self.recipe.recency_fn(len(train)) if use_recency else np.ones(len(train))
+        batches = training.make_batches(train, weights, 8192, self.cfg.max_seq_len, torch.float64)
+
+        def forward(w, b):  # TorchSeqNet.forward_batch with the optimizer's tensor as the weights
+            state = funcs.torch_init(w, b.g[0], b.t[0])
+            history = [[x] for x in state]
+            for k in range(1, b.t.shape[0]):
+                state = funcs.torch_step(w, state, b.t[k], b.g[k])
+                for lst, x in zip(history, state):
+                    lst.append(x)
+            cols = torch.arange(len(b))
+            return funcs.torch_curve(w, tuple(torch.stack(h)[b.lengths - 1, cols] for h in history), b.delta_t)
+
+        def bce_sum(w):
+            return sum((F.binary_cross_entropy(forward(w, b), b.y, reduction="none") * b.weight).sum()
+                       for b in batches)
+
+        n = sum(len(b) for b in batches)
+        denom = float(sum(float(b.weight.sum()) for b in batches))
+        inv_var = np.zeros(len(w_init)) if self.sigma is None else 1.0 / np.asarray(self.sigma, float) ** 2
+        return lbfgs_fit(w_init, bce_sum, denom, n, w_init, inv_var, np.ones(len(w_init)), self.lower, self.upper,
+                         self.recipe)
 
     def predict(self, test: ReviewData) -> np.ndarray:
         return self.engine.predict(self.w, test)
