@@ -47,7 +47,8 @@ def per_user_reason(cfg: RunConfig) -> str | None:
 
     if not neural_batched.supports(cfg.algo):
         return f"{cfg.algo} has no batched trainer (GRU-P and GRU do)"
-    for flag, on in (("--partitions", cfg.partitions != "none"), ("--trainer upstream", cfg.trainer != "fast"),
+    for flag, on in (("--partitions", cfg.partitions != "none"),
+                     (f"--trainer {cfg.trainer}", cfg.trainer != "fast"),
                      ("--dry", cfg.default), ("--executor dask", cfg.executor == "dask")):
         if on:
             return f"{flag} runs users one by one"
