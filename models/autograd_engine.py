@@ -236,13 +236,13 @@ class AutogradEngine:
         width = batch.width
         n_steps = len(width)
         w0 = self._tensor(w_np, False)
-        with torch.no_grad():
+        with torch.inference_mode():  # ~20 % less per op than no_grad; the results are only read below
             states = [tuple(_batch_shape(x, width[0]) for x in self.init(w0, batch.g[0], batch.t[0]))]
             for k in range(1, n_steps):
                 prev = tuple(x[:width[k]] for x in states[-1])
                 states.append(tuple(_batch_shape(x, width[k]) for x in
                                     self.step(w0, prev, batch.t[k, :width[k]], batch.g[k, :width[k]])))
-            flat = [torch.cat([st[i] for st in states]) for i in range(len(states[0]))]
+        flat = [torch.cat([st[i] for st in states]) for i in range(len(states[0]))]
         n_state = len(flat)
         live = self._live(w_np, batch)  # the state components that depend on w (the others carry no gradient)
         offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
@@ -303,7 +303,7 @@ class AutogradEngine:
     def _loss(self, w: np.ndarray, batch: _CardBatch) -> float:
         if len(batch.targets) == 0:
             return 0.0
-        with torch.no_grad():
+        with torch.inference_mode():
             return float(self._bce_sum(self._tensor(w, False), batch))
 
     # ---------------------------------------------------------------------------------------------- the API
@@ -314,7 +314,7 @@ class AutogradEngine:
         if len(cards.t_row) == 0:
             return out
         batch = self._all_cards(cards)
-        with torch.no_grad():
+        with torch.inference_mode():
             p = self.forward(self._tensor(self._w(w), False), batch)
         out[cards.t_row[batch.targets]] = p.detach().cpu().numpy()
         return out
