@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from config import DEFAULT_DATA, EMBEDDED_DATA
@@ -134,7 +135,8 @@ def review_counts(root: DataRoot, users: list[int]) -> dict[int, int]:
     return {u: count(u) for u in users}
 
 
-def _read_partition(root: DataRoot, table: str, user_id: int) -> pd.DataFrame:
+def _read_arrow(root: DataRoot, table: str, user_id: int) -> pa.Table:
+    """`<root>/<table>/user_id=N` as one arrow table (all of its parquet files, in name order)."""
     if is_url(root):
         fs, path = _fs(root)
         folder = f"{path}/{table}/user_id={user_id}"
@@ -142,43 +144,54 @@ def _read_partition(root: DataRoot, table: str, user_id: int) -> pd.DataFrame:
         if not fs.exists(folder):
             raise DataError(f"user {user_id}: {where} does not exist")
         try:
-            return pq.read_table(folder, filesystem=fs).to_pandas()
+            return pq.read_table(folder, filesystem=fs)
         except Exception as exc:  # corrupt or unreadable parquet, lost connection
             raise DataError(f"user {user_id}: cannot read {where}: {exc}") from None
     folder = Path(root) / table / f"user_id={user_id}"
     if not folder.exists():
         raise DataError(f"user {user_id}: {folder} does not exist")
     try:
-        return pq.read_table(folder).to_pandas()
+        files = sorted(folder.glob("*.parquet"))
+        if len(files) == 1:  # the usual layout: reading the file skips the dataset discovery (~1 ms per user)
+            return pq.ParquetFile(files[0]).read()
+        return pq.read_table(folder)
     except Exception as exc:  # corrupt or unreadable parquet
         raise DataError(f"user {user_id}: cannot read {folder}: {exc}") from None
 
 
+def _read_partition(root: DataRoot, table: str, user_id: int) -> pd.DataFrame:
+    return _read_arrow(root, table, user_id).to_pandas()
+
+
 def load_revlogs(root: DataRoot, user_id: int) -> pd.DataFrame:
-    """One user's revlog in file (= time) order, validated."""
-    df = _read_partition(root, "revlogs", user_id)
-    df = df.drop(columns=[c for c in df.columns if c.startswith("__index") or c == "user_id"])
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    """One user's revlog in file (= time) order, validated. The checks run on the arrow columns as numpy arrays
+    (a few hundred microseconds; pandas' versions of them took ~8 ms per user)."""
+    tab = _read_arrow(root, "revlogs", user_id)
+    names = [c for c in tab.column_names if not (c.startswith("__index") or c == "user_id")]
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise DataError(f"user {user_id}: revlogs lack column(s) {', '.join(missing)} "
-                        f"(found: {', '.join(map(str, df.columns))})")
-    if len(df) == 0:
+                        f"(found: {', '.join(map(str, names))})")
+    if tab.num_rows == 0:
         raise DataError(f"user {user_id}: no reviews")
-    for col in ("card_id", "rating", "elapsed_days"):
-        if df[col].isna().any():
-            raise DataError(f"user {user_id}: {int(df[col].isna().sum())} missing (NaN) value(s) in {col}")
-    if (df["elapsed_days"] < -1).any():
-        bad = int((df["elapsed_days"] < -1).sum())
+    cols = {}
+    for name in names:
+        col = tab.column(name)
+        values = col.to_numpy(zero_copy_only=False)
+        n_missing = int(np.isnan(values).sum()) if values.dtype.kind == "f" else col.null_count  # nulls → NaN
+        if n_missing and name in ("card_id", "rating", "elapsed_days"):
+            raise DataError(f"user {user_id}: {n_missing} missing (NaN) value(s) in {name}")
+        if name == "elapsed_seconds" and (n_missing or (values < -1).any()):
+            raise DataError(f"user {user_id}: elapsed_seconds has NaN or values below -1")
+        if name in ("card_id", "rating", "elapsed_days") and values.dtype.kind not in "iu":
+            if values.dtype.kind != "f" or not np.all(np.mod(values, 1) == 0):
+                raise DataError(f"user {user_id}: column {name} holds non-integer values")
+            values = values.astype(np.int64)
+        cols[name] = values
+    if (cols["elapsed_days"] < -1).any():
+        bad = int((cols["elapsed_days"] < -1).sum())
         raise DataError(f"user {user_id}: {bad} negative elapsed_days below -1 (only a first review may have -1)")
-    if "elapsed_seconds" in df.columns and (df["elapsed_seconds"].isna().any() or (df["elapsed_seconds"] < -1).any()):
-        raise DataError(f"user {user_id}: elapsed_seconds has NaN or values below -1")
-    for col in ("card_id", "rating", "elapsed_days"):
-        values = df[col].to_numpy()
-        if not np.issubdtype(values.dtype, np.integer):
-            if not np.all(np.mod(values.astype(np.float64), 1) == 0):
-                raise DataError(f"user {user_id}: column {col} holds non-integer values")
-            df[col] = values.astype(np.int64)
-    return df.reset_index(drop=True)
+    return pd.DataFrame(cols)
 
 
 def load_partitions(root: DataRoot, user_id: int, kind: str, card_ids: pd.Series) -> np.ndarray:

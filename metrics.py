@@ -139,7 +139,8 @@ def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame) -> dict:
     out = {
         "RMSE": float(np.sqrt(np.mean((p - y) ** 2))),
         "LogLoss": log_loss(y, p),
-        "RMSE(bins)": rmse_bins(y, p, rows["elapsed_days"], rows["i"], rows["rmse_bins_lapse"]),
+        "RMSE(bins)": rmse_bins(y, p, rows["elapsed_days"].to_numpy(), rows["i"].to_numpy(),
+                                rows["rmse_bins_lapse"].to_numpy()),
         "AUC": auc(y, p),
         "ICI": ici(y, p),
         "precision@90": _ratio(hits, int(predicted.sum())),

@@ -93,15 +93,27 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
     return PreparedUser(user_id, data, folds, warning, start)
 
 
+def partitions(data: ReviewData) -> list[tuple[int, np.ndarray | None]]:
+    """(partition, row mask) in order of first appearance (pd.unique's order); mask None when every row is in it,
+    the usual case (no --partitions), which then costs no subset at all."""
+    part = data.rows["partition"].to_numpy()
+    if len(part) == 0:
+        return []
+    if (part == part[0]).all():
+        return [(int(part[0]), None)]
+    _, first = np.unique(part, return_index=True)
+    return [(int(v), part == v) for v in part[np.sort(first)]]
+
+
 def fit_predict_fold(cfg: RunConfig, train: ReviewData, test: ReviewData):
     """The per-user path of one fold: a model per partition. Returns the predictions and test rows of each test
     partition and the fitted models' parameters."""
     fitted = {}
-    for p in pd.unique(train.rows["partition"]):
-        fitted[p] = _fit_partition(cfg, train.subset((train.rows["partition"] == p).to_numpy()), train)
+    for p, mask in partitions(train):
+        fitted[p] = _fit_partition(cfg, train if mask is None else train.subset(mask), train)
     p_parts, row_parts = [], []
-    for p in pd.unique(test.rows["partition"]):
-        part_test = test.subset((test.rows["partition"] == p).to_numpy())
+    for p, mask in partitions(test):
+        part_test = test if mask is None else test.subset(mask)
         model = fitted.get(p) or models.create(cfg)
         p_parts.append(np.asarray(model.predict(part_test), dtype=np.float64))
         row_parts.append(part_test.rows)

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.base import InadequateData, ReviewData, recency_weights  # noqa: F401 (recency_weights re-exported)
+from models.torch_rng import SHUFFLE_SEED
 
-SHUFFLE_SEED = 2023
 TORCH_SEED = 42
 
 

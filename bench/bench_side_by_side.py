@@ -4,12 +4,20 @@
     python bench/bench_side_by_side.py --data /tmp/sim --models AVG --upstream ../srs-benchmark \\
         --upstream-python ../srs-benchmark/.venv/bin/python
 
-Each model runs as a user runs it (`python other.py --algo M --data D --processes 1`, interpreter start, imports,
+Each model runs as a user runs it (`python other.py --model M --data D --processes 1`, interpreter start, imports,
 every user, result file) in a fresh process with an empty result folder. With `--upstream PATH` (a checkout of
-open-spaced-repetition/srs-benchmark, run by its own interpreter `--upstream-python`), upstream's other.py runs on
-the same folder, alternating with ours (ours, upstream, ours, upstream, ...) so that both see the same machine in
-the same minute; the ratio is taken run pair by run pair and its median printed. Without `--upstream` only our
-times are printed. One untimed run of each side first (numba's disk cache, the OS file cache).
+upstream's srs-benchmark, run by its own interpreter `--upstream-python`), upstream runs the same row on the same
+folder (`other.py --model M`; FSRS-5 is its `script.py`), alternating with ours (ours, upstream, ours, upstream,
+...) so that both see the same machine in the same minute; the ratio is taken run pair by run pair and its median
+printed, for wall time (what a user waits for) and for CPU time (user + system: the fairer figure on a shared
+machine). Each pair's result files are compared too: the per-user `size` must be equal (the row is the same
+protocol), and the mean Log Loss of both is printed. Without `--upstream` only our times are printed. One untimed
+run of ours first (numba's disk cache of compiled kernels, the OS file cache); upstream has no compiled cache to
+warm, and `--upstream-warmup` gives it an untimed run too.
+
+Tested with upstream's January-2025 code (github:1DWalker/srs-benchmark @ 39935416, 18 January 2025) in a
+virtualenv of its own: `python -m venv --system-site-packages .venv && .venv/bin/pip install
+fsrs-optimizer==5.7.3 pandas==2.2.3 numpy==1.26.4 pyarrow==17.0.0` (its pandas code predates pandas 3).
 
 Upstream writes `result/`, `raw/` and `evaluation/` under its working directory and skips users already there, so
 it runs in a temporary folder that links every other entry of the checkout (its modules, pretrained weights): the
@@ -19,6 +27,7 @@ checkout itself is never written to.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import shlex
 import statistics
@@ -44,8 +53,13 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def upstream_program(model: str) -> list[str]:
+    """Upstream's command for our row `model`: FSRS-5 is its script.py (fsrs-optimizer), every other row other.py."""
+    return ["script.py"] if model == "FSRS-5" else ["other.py", "--model", model]
+
+
 def ours_cmd(model: str, data: Path, result_dir: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "other.py"), "--algo", model, "--data", str(data), "--processes", "1",
+    return [sys.executable, str(ROOT / "other.py"), "--model", model, "--data", str(data), "--processes", "1",
             "--quiet", "--result-dir", str(result_dir)]
 
 
@@ -70,7 +84,7 @@ def clear(folder: Path, names) -> None:
 def bench_model(model: str, a, tmp: Path, work: Path | None) -> dict:
     """Median wall and cpu seconds of each side, and the median of the pairwise wall ratios."""
     ours = ours_cmd(model, a.data, tmp / "ours-result")
-    theirs = [a.upstream_python, "other.py", "--algo", model, "--data", str(a.data.resolve()), "--processes", "1",
+    theirs = [a.upstream_python, *upstream_program(model), "--data", str(a.data.resolve()), "--processes", "1",
               *shlex.split(a.upstream_args)]
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "upstream": []}
     for k in range(a.repeat + 1):  # run 0 is the untimed warm-up
@@ -78,7 +92,7 @@ def bench_model(model: str, a, tmp: Path, work: Path | None) -> dict:
         t_ours = timed(ours, ROOT)
         if k:
             runs["ours"].append(t_ours)
-        if work is not None:
+        if work is not None and (k or a.upstream_warmup):
             clear(work, UPSTREAM_OUTPUTS)
             t_up = timed(theirs, work)
             if k:
@@ -86,8 +100,28 @@ def bench_model(model: str, a, tmp: Path, work: Path | None) -> dict:
     out = {side: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
            for side, r in runs.items() if r}
     if work is not None:
-        out["ratio"] = statistics.median(o[0] / u[0] for o, u in zip(runs["ours"], runs["upstream"]))
+        pairs = list(zip(runs["ours"], runs["upstream"]))
+        out["ratio"] = statistics.median(o[0] / u[0] for o, u in pairs)
+        out["cpu_ratio"] = statistics.median(o[1] / u[1] for o, u in pairs)
+        out["check"] = compare_results(next((tmp / "ours-result").glob("*.jsonl")),
+                                       next((work / "result").glob("*.jsonl")))
     return out
+
+
+def compare_results(ours: Path, theirs: Path) -> str:
+    """'sizes equal, LogLoss a vs b' over the users both sides evaluated, or which users' sizes differ."""
+    def load(path):
+        return {d["user"]: d for d in map(json.loads, path.read_text().splitlines()) if d.get("metrics")}
+
+    a, b = load(ours), load(theirs)
+    users = sorted(set(a) & set(b))
+    differ = [u for u in users if a[u]["size"] != b[u]["size"]]
+    if differ or set(a) != set(b):
+        return f"DIFFERENT users/sizes: {differ[:5]}, only ours {sorted(set(a) - set(b))[:5]}, " \
+               f"only upstream {sorted(set(b) - set(a))[:5]}"
+    la = statistics.mean(a[u]["metrics"]["LogLoss"] for u in users)
+    lb = statistics.mean(b[u]["metrics"]["LogLoss"] for u in users)
+    return f"{len(users)} users, sizes equal; LogLoss {la:.4f} vs {lb:.4f}"
 
 
 def main(argv=None) -> None:
@@ -98,7 +132,8 @@ def main(argv=None) -> None:
     ap.add_argument("--upstream", type=Path, default=None, help="a checkout of upstream's srs-benchmark")
     ap.add_argument("--upstream-python", default=sys.executable, help="the interpreter of upstream's environment")
     ap.add_argument("--upstream-args", default="", help="extra arguments for upstream's other.py")
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs of each side (after one untimed run)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs of each side (after one untimed run of ours)")
+    ap.add_argument("--upstream-warmup", action="store_true", help="an untimed run of upstream's side first too")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="srs-bench-side-") as tmp_name:
         tmp = Path(tmp_name)
@@ -106,8 +141,8 @@ def main(argv=None) -> None:
         if work is None:
             print("| model | ours, wall s | ours, cpu s |\n|---|---|---|")
         else:
-            print("| model | ours, wall s | upstream, wall s | ratio (wall) | ours, cpu s | upstream, cpu s |\n"
-                  "|---|---|---|---|---|---|")
+            print("| model | ours, wall s | upstream, wall s | ratio (wall) | ours, cpu s | upstream, cpu s | "
+                  "ratio (cpu) | results |\n|---|---|---|---|---|---|---|---|")
         for model in a.models.split(","):
             r = bench_model(model.strip(), a, tmp, work)
             (ow, oc) = r["ours"]
@@ -116,7 +151,7 @@ def main(argv=None) -> None:
             else:
                 (uw, uc) = r["upstream"]
                 print(f"| {model} | {ow:.2f} | {uw:.2f} | {r['ratio']:.3f} ({1 / r['ratio']:.0f}×) | {oc:.2f} | "
-                      f"{uc:.2f} |", flush=True)
+                      f"{uc:.2f} | {r['cpu_ratio']:.3f} ({1 / r['cpu_ratio']:.0f}×) | {r['check']} |", flush=True)
     print(f"\n{a.repeat} timed run(s) per side, medians; data: {a.data}", file=sys.stderr)
 
 

@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-import torch
 from numba import njit
-from torch import nn
 
-import training
 from models.dash import round4, with_max_seq_len
 from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
@@ -119,45 +115,6 @@ def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
     card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_dt, t_dt, tb, te, buf, out, out, False)
 
 
-# ------------------------------------------------------------------------------------------ torch (upstream trainer)
-
-def torch_cumulative_times(t, lengths, delta_t):
-    """Upstream's ACT-R input [L+1, B]: cumsum of (history intervals, the target's interval), zero-padded after."""
-    n_rows, width = t.shape[1], t.shape[0] + 1
-    idx = torch.arange(width).unsqueeze(1)
-    full = torch.cat([t, torch.zeros(1, n_rows, dtype=t.dtype)], dim=0)
-    full = torch.where(idx == lengths.unsqueeze(0), delta_t.unsqueeze(0), full)
-    full = torch.where(idx <= lengths.unsqueeze(0), full, torch.zeros_like(full))
-    sp = torch.cumsum(full, dim=0)
-    return torch.where(idx <= lengths.unsqueeze(0), sp, torch.zeros_like(sp))
-
-
-def torch_act_r_p(w, t, lengths, delta_t):
-    """Upstream's ACT_R.forward over the padded batch, read at each row's target (index = history length)."""
-    sp = torch_cumulative_times(t, lengths, delta_t)
-    m = [torch.full_like(sp[0], -math.inf)]
-    for i in range(1, sp.shape[0]):
-        prev = torch.stack(m)
-        decay = w[1] * torch.exp(prev) + w[0]
-        m.append(torch.log(torch.sum(((sp[i] - sp[:i]) * SECONDS_PER_DAY * w[4]).clamp_min(1) ** (-decay), dim=0)))
-    m_now = torch.stack(m)[lengths, torch.arange(sp.shape[1])]
-    return 1 / (1 + torch.exp((w[3] - m_now) / w[2]))
-
-
-class ACTRNet(training.TrainableModule):
-    def __init__(self, w, lower, upper, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
-        self.register_buffer("lo", torch.tensor(np.asarray(lower, dtype=np.float64), dtype=dtype))
-        self.register_buffer("hi", torch.tensor(np.asarray(upper, dtype=np.float64), dtype=dtype))
-
-    def forward_batch(self, batch: training.Batch):
-        return torch_act_r_p(self.w, batch.t, batch.lengths, batch.delta_t)
-
-    def clip_(self) -> None:
-        self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
-
-
 # ------------------------------------------------------------------------------------------ the model
 
 class ACTR(SeqModel):
@@ -177,6 +134,8 @@ class ACTR(SeqModel):
         self.w = round4(self.default_w)  # upstream's fallback / --dry weights go through state_dict too
 
     def torch_net(self, w_init, grad_mask):
+        from models.history_torch import ACTRNet
+
         return ACTRNet(w_init, self.lower, self.upper, dtype=self.torch_dtype)
 
     def fit(self, train) -> "ACTR":

@@ -28,9 +28,7 @@ and ivl + days_late have NO gradient with respect to ivl (autograd sees ivl − 
 
 from __future__ import annotations
 
-import torch
 from numba import njit
-from torch import nn
 
 from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
 from models.seq_model import SeqModel
@@ -193,17 +191,23 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def _torch_tail(new_ivl, new_ease):
+    import torch  # the upstream-style trainer only: a default run does not import torch
+
     new_ease = new_ease.clamp(EASE_MIN, EASE_MAX)
-    new_ivl = torch.max(nn.functional.leaky_relu(new_ivl - 1) + 1, new_ivl).clamp(S_MIN, S_MAX)
+    new_ivl = torch.max(torch.nn.functional.leaky_relu(new_ivl - 1) + 1, new_ivl).clamp(S_MIN, S_MAX)
     return new_ivl, new_ease
 
 
 def torch_init(w, g, t):
+    import torch
+
     new_ivl = torch.where(g < 4, w[0], w[1])
     return _torch_tail(new_ivl, torch.ones_like(new_ivl) * w[2])
 
 
 def torch_step(w, state, t, g):
+    import torch
+
     ivl, ease = state
     days_late = t - ivl
     elapsed = ivl + days_late

@@ -26,17 +26,14 @@ online pass).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
-from numba import njit
 
 import metrics
 from models.base import Model, ReviewData
 
-MA_X0 = 1.2
-MA_LR = 0.3
+MA_X0 = 1.2  # the online logit's starting value (its step size, MA_LR, is in models/baseline_kernels.py)
 
 
 def _check_partitions(cfg, name: str) -> None:
@@ -45,21 +42,6 @@ def _check_partitions(cfg, name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- MOVING-AVG
-
-@njit(cache=True)
-def _moving_avg(x, y, record):
-    """Run the online logit over labels y; returns (final x, p before each row if record)."""
-    out = np.empty(len(y) if record else 0)
-    for i in range(len(y)):
-        if record:
-            out[i] = 1 / (math.e ** -x + 1)
-        # same expressions as upstream (pow of e), so x is bit-identical
-        if y[i] == 1:
-            x += MA_LR / (math.e ** x + 1)
-        else:
-            x -= MA_LR * (math.e ** x) / (math.e ** x + 1)
-    return x, out
-
 
 class MovingAvg(Model):
     name = "MOVING-AVG"
@@ -70,40 +52,20 @@ class MovingAvg(Model):
         self.x = MA_X0
 
     def fit(self, train: ReviewData) -> "MovingAvg":
+        from models.baseline_kernels import _moving_avg
+
         self.x, _ = _moving_avg(MA_X0, train.rows["y"].to_numpy(np.int64), False)
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:
+        from models.baseline_kernels import _moving_avg
+
         # the model keeps learning inside the test block, as upstream's single pass does
         _, p = _moving_avg(self.x, test.rows["y"].to_numpy(np.int64), True)
         return p
 
 
 # ------------------------------------------------------------------------------------------------ RMSE-BINS-EXPLOIT
-
-@njit(cache=True)
-def _exploit(bin_id, y, n_bins, n_skip):
-    """Online exploit over rows in order; returns the predictions for rows n_skip.. (earlier rows only update)."""
-    pred_sum = np.zeros(n_bins)
-    truth_sum = np.zeros(n_bins)
-    succ = 0.0
-    seen = 0
-    out = np.empty(len(y) - n_skip)
-    for i in range(len(y)):
-        b = bin_id[i]
-        if seen == 0:
-            p = 0.5  # upstream returns before touching the bin
-        else:
-            p = truth_sum[b] + succ / seen - pred_sum[b]
-            p = min(max(p, 0.0), 1.0)
-            pred_sum[b] += p
-        truth_sum[b] += y[i]
-        succ += y[i]
-        seen += 1
-        if i >= n_skip:
-            out[i - n_skip] = p
-    return out
-
 
 def bin_keys(rows) -> np.ndarray:
     """Integer id of each row's RMSE(bins) bin (lapse, interval on delta_t, review count), as the metric bins."""
@@ -173,6 +135,8 @@ class RMSEBinsExploit(Model):
             n_skip = n_train - first
         ids = bin_keys(rows)
         n_bins = int(ids.max()) + 1 if len(ids) else 0
+        from models.baseline_kernels import _exploit
+
         return _exploit(ids, rows["y"].to_numpy(np.float64), n_bins, n_skip)
 
 

@@ -33,12 +33,8 @@ import math
 import sys
 import types
 
-import numpy as np
-import torch
 from numba import njit
-from torch import nn
 
-import training
 from models.base import InadequateData, ReviewData
 from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
@@ -183,94 +179,6 @@ KERNELS_MCM = _kernel_namespace("mcm", mcm_card_loss_grad, mcm_card_predict)
 KERNELS_ACTR = _kernel_namespace("actr", actr_card_loss_grad, actr_card_predict)
 
 
-# ------------------------------------------------------------------------------------------ torch (upstream trainer)
-
-def torch_deltas(t, lengths, delta_t):
-    """Δ[j, b] = time from history review j of row b to its target (0 on padding), and the validity mask.
-    t: [L, B] intervals before each history review (time-major, zero-padded); lengths: [B]; delta_t: [B]."""
-    idx = torch.arange(t.shape[0]).unsqueeze(1)
-    valid = idx < lengths.unsqueeze(0)
-    tv = torch.where(valid, t, torch.zeros_like(t))
-    csum = torch.cumsum(tv, dim=0)
-    delta = csum[-1:] - csum + delta_t.unsqueeze(0)
-    return torch.where(valid, delta, torch.zeros_like(delta)), valid
-
-
-def torch_window_features(t, g, lengths, delta_t, decay: bool):
-    """[B, 8] DASH (decay=False) or DASH[MCM] features from padded histories."""
-    delta, valid = torch_deltas(t, lengths, delta_t)
-    success = g > 1
-    cols = []
-    for window, tau in zip(WINDOWS, MCM_TAU):
-        inside = valid & (delta <= window)
-        e = torch.exp(-delta / tau) if decay else torch.ones_like(delta)
-        e = torch.where(inside, e, torch.zeros_like(e))
-        cols += [e.sum(0), torch.where(success, e, torch.zeros_like(e)).sum(0)]
-    return torch.stack(cols, dim=1)
-
-
-def torch_dash_p(w, x):
-    return torch.sigmoid(torch.log(x + 1) @ w[:8] + w[8])
-
-
-def torch_dash_actr_p(w, t, g, lengths, delta_t):
-    """Upstream's DASH_ACTR.forward on [Δ, r] built from padded histories (padding: Δ = 0, r = 0)."""
-    delta, valid = torch_deltas(t, lengths, delta_t)
-    r = torch.where(valid, (g > 1).to(t.dtype), torch.zeros_like(t))
-    x = delta.clamp_min(ACTR_MIN_DELTA)
-    term = torch.where(x == ACTR_MIN_DELTA, torch.zeros_like(x), x ** -w[1]) * torch.where(r == 0, w[2], w[3])
-    return torch.sigmoid(w[0] * torch.log(1 + torch.sum(term, dim=0).clamp_min(0)) + w[4])
-
-
-class DASHNet(training.TrainableModule):
-    """Upstream's DASH / DASH[MCM] module (nn.Linear(8, 1) + sigmoid on ln(1 + x)) with its 9 weights as one
-    tensor. `features` (optional, [N, 8]) are those of the trainer's rows, looked up by `batch.rows`."""
-
-    def __init__(self, w, decay: bool, features=None, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.decay = decay
-        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
-        self.features = None if features is None else torch.as_tensor(features, dtype=dtype)
-
-    def forward_batch(self, batch: training.Batch):
-        if self.features is not None:
-            x = self.features[torch.as_tensor(batch.rows)]
-        else:
-            x = torch_window_features(batch.t, batch.g, batch.lengths, batch.delta_t, self.decay)
-        return torch_dash_p(self.w, x)
-
-
-class DASHACTRNet(training.TrainableModule):
-    def __init__(self, w, lower, upper, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
-        self.register_buffer("lo", torch.tensor(np.asarray(lower, dtype=np.float64), dtype=dtype))
-        self.register_buffer("hi", torch.tensor(np.asarray(upper, dtype=np.float64), dtype=dtype))
-
-    def forward_batch(self, batch: training.Batch):
-        return torch_dash_actr_p(self.w, batch.t, batch.g, batch.lengths, batch.delta_t)
-
-    def clip_(self) -> None:
-        self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
-
-
-def history_features(data: ReviewData, decay: bool, chunk: int = 8192) -> np.ndarray:
-    """[len(data), 8] window features of every row, computed by the torch code from padded histories."""
-    rows = data.rows
-    starts = np.array(rows["seq_start"], dtype=np.int64)
-    lengths = np.array(rows["seq_pos"], dtype=np.int64)
-    delta_t = np.array(rows["delta_t"], dtype=np.float64)
-    out = np.zeros((len(rows), 8))
-    for lo in range(0, len(rows), chunk):
-        sel = slice(lo, lo + chunk)
-        t, g = training.pad_histories(data.seq_delta_t, data.seq_rating, starts[sel], lengths[sel])
-        with torch.no_grad():
-            out[sel] = torch_window_features(torch.as_tensor(t.T.copy()), torch.as_tensor(g.T.copy()),
-                                             torch.as_tensor(lengths[sel]), torch.as_tensor(delta_t[sel]),
-                                             decay).numpy()
-    return out
-
-
 def with_max_seq_len(cfg, max_seq_len: int):
     """A copy of the run config whose training-history limit is `max_seq_len`."""
     out = copy.copy(cfg)
@@ -308,6 +216,9 @@ class DASH(SeqModel):
             # every row trains: upstream's BatchDataset sees a length-8 feature vector, never a long history
             w = self.engine.fit(w_init, train, with_max_seq_len(self.cfg, NO_ROW_LIMIT), lr=self.lr)
         else:
+            import training
+            from models.history_torch import DASHNet, history_features
+
             net = DASHNet(w_init, self.decay, history_features(train, self.decay), dtype=self.torch_dtype)
             # every row, batched in time order: one-review "histories" make training.py's length sort a no-op
             rows = train.rows.copy()
@@ -348,6 +259,8 @@ class DASHACTR(SeqModel):
         self.w = round4(self.default_w)  # upstream's fallback / --dry weights go through state_dict too
 
     def torch_net(self, w_init, grad_mask):
+        from models.history_torch import DASHACTRNet
+
         return DASHACTRNet(w_init, self.lower, self.upper, dtype=self.torch_dtype)
 
     def fit(self, train: ReviewData) -> "DASHACTR":

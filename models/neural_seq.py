@@ -64,9 +64,9 @@ from torch import Tensor, nn
 import training
 from models.base import InadequateData, Model, ReviewData
 from models.card_fit import group_bounds, loop_for, recipe
+from models.torch_rng import SHUFFLE_SEED
 
 TORCH_SEED = 42
-SHUFFLE_SEED = 2023
 PREDICT_TARGETS = 16384
 PRETRAIN_DIR = Path(__file__).resolve().parents[1] / "pretrain"
 

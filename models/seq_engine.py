@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from models.base import ReviewData, recency_weights
+from models.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 SEED = 2023
 LR = 4e-2
@@ -233,23 +234,20 @@ class SeqEngine:
 
     def _length_batches(self, cards: Cards, n_epoch: int, batch_size: int, sort_kind: str):
         """Upstream's batches: targets (in time order) sorted by history length, cut every batch_size, the batch
-        order drawn by torch.randperm on one generator seeded 2023 (training.py's order). Each target is replayed
+        order drawn by torch.randperm on one generator seeded 2023 (training.py's order; models/torch_rng.py draws it
+        without torch). Each target is replayed
         from its card's first review: upstream's cost (Σ history lengths per epoch), still compiled."""
-        import torch
-
-        from training import SHUFFLE_SEED
-
         by_time = np.argsort(cards.t_row, kind="stable")  # Cards is grouped by card; upstream sees time order
         targets = by_time[np.argsort(cards.t_pos[by_time], kind=sort_kind)]
         card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
         items = np.stack([card_of[targets], targets, targets + 1, cards.t_pos[targets]], axis=1).astype(np.int64)
         starts = np.arange(0, len(targets), batch_size)
         n_b = len(starts)
-        generator = torch.Generator().manual_seed(SHUFFLE_SEED)
+        generator = TorchGenerator(SHUFFLE_SEED)
         orders = np.empty((n_epoch, len(targets)), dtype=np.int64)
         bounds = np.zeros((n_epoch, n_b + 1), dtype=np.int64)
         for e in range(n_epoch):
-            perm = torch.randperm(n_b, generator=generator).numpy()
+            perm = generator.randperm(n_b)
             chunks = [np.arange(starts[k], min(starts[k] + batch_size, len(targets))) for k in perm]
             orders[e] = np.concatenate(chunks)
             bounds[e, 1:] = np.cumsum([len(c) for c in chunks])

@@ -15,9 +15,10 @@ import models.dash as dash
 from check_users import CHECK, UPSTREAM, engine_vs_torch, tie_order_tol
 import training
 from config import RunConfig
-from models.act_r import ACTR, ACTRNet
+from models.act_r import ACTR
 from models.base import ReviewData
-from models.dash import DASH, DASHACTR, DASHMCM, DASHACTRNet, DASHNet
+from models.dash import DASH, DASHACTR, DASHMCM
+from models.history_torch import ACTRNet, DASHACTRNet, DASHNet
 from runner import read_results, run
 
 ALL = [DASH, DASHMCM, DASHACTR, ACTR]

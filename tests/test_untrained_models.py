@@ -19,7 +19,8 @@ from config import RunConfig
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
 from models.base import ReviewData
-from models.baselines import MovingAvg, RMSEBinsExploit, _exploit, first_test_candidates
+from models.baseline_kernels import _exploit
+from models.baselines import MovingAvg, RMSEBinsExploit, first_test_candidates
 from models.ebisu_v2 import EbisuV2, update_recall
 from models.sm2 import SM2, upstream_card_join_mask
 from runner import evaluate_user, read_results, run
