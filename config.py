@@ -17,6 +17,9 @@ EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
 # Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
 ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM", "FSRS-7"}  # LSTM, FSRS-7: their published --short
+# Models whose published run is recency-weighted, built into the model (its RECIPE): the result name carries
+# "-recency" with or without the flag (SBD: upstream publishes `--algo SBD --recency`, file SBD-recency)
+ALWAYS_RECENCY = {"SBD"}
 
 
 @dataclass
@@ -90,13 +93,22 @@ class RunConfig:
                                    or "equalize_test_with_non_secs" in self.builtin_flags)
 
     @property
+    def model_name(self) -> str:
+        """The model's name: --algo, or the NAME a model file declares (its stem if none)."""
+        if str(self.algo).endswith(".py"):
+            from models.own_model import declared_name
+
+            return declared_name(self.algo)
+        return self.algo
+
+    @property
     def name(self) -> str:
         """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
         flags add none: its published row keeps the model's name)."""
         # (the model's module is imported only when a flag it could have built in is set)
         flagged = self.short or self.secs or self.recency or self.equalize_test_with_non_secs
         builtin = self.builtin_flags if flagged else ()
-        parts = [self.algo]
+        parts = [self.model_name]
         if self.default:
             parts.append("default")
         if self.S0:
@@ -107,7 +119,7 @@ class RunConfig:
             parts.append("short")
         if self.secs and "secs" not in builtin:
             parts.append("secs")
-        if self.recency and "recency" not in builtin:
+        if (self.recency or self.algo in ALWAYS_RECENCY) and "recency" not in builtin:
             parts.append("recency")
         if self.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin:
             parts.append("equalize_test_with_non_secs")
@@ -132,8 +144,12 @@ def _model_attr(algo: str, attr: str, default):
 
 def build_parser(description: str, default_algo: str, algo_choices: list[str] | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--algo", "--model", dest="algo", default=default_algo, choices=algo_choices,
-                   help="model to evaluate (--model is the seed README's name for the same flag)")
+    p.add_argument("--algo", "--model", dest="algo", default=default_algo, type=algo_arg(algo_choices),
+                   metavar="MODEL",
+                   help="model to evaluate (--model is the seed README's name for the same flag): "
+                        + (f"one of {', '.join(algo_choices)}, or " if algo_choices else "")
+                        + "a model file path/to/my_model.py written to the own-model contract "
+                          "(docs/own-model.md; result file named after its NAME)")
     p.add_argument("--rust", dest="algo", action="store_const", const="FSRS-rs", default=argparse.SUPPRESS,
                    help="upstream's script.py --rust: evaluate FSRS-rs (FSRS-6 trained by the Rust fsrs crate via "
                         "fsrs-rs-python's benchmark()); same as --algo FSRS-rs, result file FSRS-rs")
@@ -178,8 +194,11 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--max_seq_len", type=int, default=64,
                    help="longest training history; each card keeps its first 2x this many reviews")
     p.add_argument("--n_epoch", type=int, default=5, help="training epochs")
-    p.add_argument("--trainer", choices=["fast", "upstream"], default="fast",
+    p.add_argument("--trainer", choices=["fast", "autograd", "upstream"], default="fast",
                    help="fast: the upstream objective minimised with compiled one-pass-per-card gradients; "
+                        "autograd: the same batches and steps, gradients by torch autograd through one pass per "
+                        "card (models/autograd_engine.py; models with torch step functions; suffix "
+                        "-autograd-trainer); "
                         "upstream: srs-benchmark's torch trainer (sorted-length batches of 512, randperm(2023) "
                         "order, best epoch), for comparison (suffix -upstream-trainer)")
     p.add_argument("--torch_num_threads", type=int, default=1, help="torch threads per worker")
@@ -208,6 +227,27 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                         "(models/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
                         "batched path with --processes workers taking chunks (default: 64 on CUDA, 1 on the CPU)")
     return p
+
+
+def algo_arg(choices: list[str] | None):
+    """--algo/--model: a registered name (one of `choices` when given) or a model file (*.py), loaded and checked
+    here so that a missing or broken file is one clear error (exit 2) before any work; kept as an absolute path
+    so that worker processes find it."""
+    def parse(value: str) -> str:
+        from models.own_model import ModelFileError, is_model_path, load
+
+        if is_model_path(value):
+            try:
+                load(value)
+            except ModelFileError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+            return str(Path(value).expanduser().resolve())
+        if choices is not None and value not in choices:
+            raise argparse.ArgumentTypeError(f"unknown model {value!r} (choose from {', '.join(choices)}, or give "
+                                             "a model file path/to/my_model.py)")
+        return value
+    parse.__name__ = "model"
+    return parse
 
 
 def device_arg(value: str) -> str:

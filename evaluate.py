@@ -106,6 +106,8 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "SM2": (0, "IL, G"),
     "SM2-short": (0, "IL, G, SR"),
     "SM2-trainable": (6, "IL, G"),
+    "SBD": (7, "IL, G"),
+    "SBD-recency": (7, "IL, G"),  # upstream's file name for the published (recency-weighted) SBD row
     "Anki": (7, "IL, G"),  # trainable Anki-SM-2
     "Anki-default": (0, "IL, G"),
     "Anki-dry-run": (0, "IL, G"),
@@ -124,13 +126,14 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
 COUNT_FROM_RESULT = {"FSRS-rs"}
 
 # srs-bench suffixes that change neither the parameter count nor the inputs; "X-recency-deck" counts as "X".
-NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer")
+NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer", "-autograd-trainer")
 
 # How upstream's README tables name the rows (the tables are hand-edited from the result-file names).
 DISPLAY_NAMES: dict[str, str] = {
     "LSTM-short-secs-equalize_test_with_non_secs": "LSTM",
     "FSRS-7-short-secs-equalize_test_with_non_secs": "FSRS-7",
     "FSRS-7-short-secs-recency-equalize_test_with_non_secs": "FSRS-7 recency",
+    "SBD-recency": "SBD",
     "FSRSv4": "FSRS v4",
     "FSRSv3": "FSRS v3",
     "FSRSv2": "FSRS v2",

@@ -90,6 +90,7 @@ ROWS: list[Row] = [
     Row("HLR", "HLR"),
     Row("HLR-short", "HLR", {"short": True}),
     Row("SM2-trainable", "SM2-trainable"),
+    Row("SBD-recency", "SBD"),  # recency-weighted by construction (config.ALWAYS_RECENCY); README label "SBD"
     Row("Ebisu-v2", "Ebisu-v2"),
     Row("SM2-short", "SM2", {"short": True}),
     Row("SM2", "SM2"),
