@@ -153,6 +153,7 @@ class AutogradEngine:
         self.init = getattr(module, "torch_init", None) or getattr(module, "init")
         self.step = getattr(module, "torch_step", None) or getattr(module, "step")
         self.curve = getattr(module, "torch_curve", None) or getattr(module, "curve")
+        self.module_clip = getattr(module, "clip", None)  # optional bounds that depend on other parameters
         self.lower = np.asarray(getattr(module, "LOWER", None) if lower is None else lower, dtype=np.float64)
         self.upper = np.asarray(getattr(module, "UPPER", None) if upper is None else upper, dtype=np.float64)
         self.device = torch.device(device or "cpu")
@@ -166,7 +167,12 @@ class AutogradEngine:
         return w
 
     def clip(self, w) -> np.ndarray:
-        return np.minimum(np.maximum(np.asarray(w, dtype=np.float64), self.lower), self.upper)
+        """The LOWER/UPPER box, then the module's own `clip(w)` when it has one (e.g. FSRS-7's ordered S0)."""
+        w = np.minimum(np.maximum(np.asarray(w, dtype=np.float64), self.lower), self.upper)
+        if self.module_clip is not None:
+            with torch.no_grad():
+                w = np.array(self.module_clip(torch.as_tensor(w)).numpy(), dtype=np.float64)
+        return w
 
     def _all_cards(self, cards: Cards) -> _CardBatch:
         ids = np.arange(len(cards.c_start), dtype=np.int64)
@@ -414,7 +420,7 @@ class AutogradEngine:
                 lr_t = recipe.lr * 0.5 * (1.0 + math.cos(math.pi * step_no / total))
                 step_no += 1
                 _adam_step(w, grad, m, v, step_no, lr_t, b1, b2, 1e-8, wd)
-                w = np.minimum(np.maximum(w, self.lower), self.upper)
+                w = self.clip(w)
             if recipe.keep == "every_epoch" or (recipe.keep == "best" and e == n_epoch - 1):
                 cur = objective(w)
                 if cur < best:

@@ -92,7 +92,7 @@ def recency_weights(n: int) -> np.ndarray:
 
 
 RECIPE = dict(optimizer="adam", lr=2e-2, betas=(0.8, 0.85), weight_decay=0.0, n_epoch=8, batch_size=1024,
-              keep="last", recency=recency_weights)
+              keep="last", recency_fn=recency_weights, prior_weight=PRIOR_WEIGHT)
 
 # The S0 search's candidate curve parameters (w27..w34); the first is the defaults'.
 CURVE_CANDIDATES = [
@@ -297,11 +297,12 @@ def initial_weights(train: ReviewData, cfg=None) -> list[float]:
 # ----------------------------------------------------------------------------------------- the model
 
 def _engine():
-    """The trainer/predictor of contract modules. Interim: models/torch_cards.py (card-major, torch autograd);
-    at merge this becomes models/autograd_engine.py's AutogradEngine."""
-    from models import torch_cards
+    """The card-major autograd engine (models/autograd_engine.py) for this module: one pass per card."""
+    import sys
 
-    return torch_cards
+    from models.autograd_engine import AutogradEngine
+
+    return AutogradEngine(sys.modules[__name__])
 
 
 class FSRS7(Model):
@@ -327,24 +328,16 @@ class FSRS7(Model):
             return self
         if len(train) == 0:
             raise InadequateData("no training rows")
-        import sys
-
-        module = sys.modules[__name__]
         w_init = initial_weights(train, self.cfg)
         if self.cfg.S0:
             self.w = w_init
             return self
-        recipe = dict(RECIPE)
-        weights = recipe["recency"](len(train)) if getattr(self.cfg, "recency", False) else None
-        w = _engine().fit(module, w_init, train, self.cfg, recipe, w_init=w_init, sigma=SIGMA,
-                          prior_weight=PRIOR_WEIGHT, weights=weights)
+        w = _engine().fit(w_init, train, self.cfg, RECIPE, w_init=w_init, sigma=SIGMA)
         self.w = [float(x) for x in w]
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:
-        import sys
-
-        return _engine().predict(sys.modules[__name__], self.w, test)
+        return _engine().predict(self.w, test)
 
     def parameters(self) -> list[float]:
         return [round(float(x), 6) for x in self.w]

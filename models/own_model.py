@@ -16,6 +16,8 @@ The contract (docs/own-model.md walks through an example). A model file defines,
     def step(w, state, t, g):   -> tuple of tensors [B]   # state after a later review (t days elapsed, grade g)
     def curve(w, state, t):     -> tensor [B]             # P(recall) after t days from the state
     def initial_weights(train, cfg) -> list[float]        # optional (e.g. an S0 fit); default DEFAULT_W
+    def clip(w) -> tensor                                 # optional bounds that depend on other parameters,
+                                                          # applied after the LOWER/UPPER box (FSRS-7)
 
 w is a float64 tensor of the parameters, g an int64 tensor of grades 1..4, t a float64 tensor of elapsed days (0 at
 a card's first review); every function is vectorised over a batch of B cards and written in torch only: no numba,

@@ -12,7 +12,8 @@ import torch
 
 from check_users import CHECK, UPSTREAM
 from config import RunConfig, build_parser, config_from_args
-from models import fsrs7, torch_cards
+from models import fsrs7
+from models.autograd_engine import AutogradEngine
 from models.base import ReviewData
 from models.fsrs7 import DEFAULT_W, FSRS7
 from result_store import read_results
@@ -81,7 +82,7 @@ def test_forward_values_by_hand():
     p = float(fsrs7.curve(w, state, torch.tensor([9.3], dtype=torch.float64)))
     assert p == pytest.approx(hand_r(W, 9.3, expected[-1][0]), rel=1e-12)
     # the card-major predictor reads the same state for the card's target
-    got = torch_cards.predict(fsrs7, W, one_card(HISTORY, 9.3))
+    got = AutogradEngine(fsrs7).predict(W, one_card(HISTORY, 9.3))
     assert got[0] == pytest.approx(p, rel=1e-12)
 
 
@@ -91,7 +92,7 @@ def test_card_major_predictions_equal_a_replay_of_each_history(user8_short):
     data = user8_short.subset(np.arange(400))
     w = list(W)
     w[0:4] = [0.3, 1.1, 3.0, 9.0]
-    got = torch_cards.predict(fsrs7, w, data, chunk=64)
+    got = AutogradEngine(fsrs7).predict(w, data)
     for k in range(len(data)):
         t, g = data.history(k)
         s, _ = hand_states(w, list(zip(t.tolist(), g.tolist())))[-1]
@@ -207,7 +208,7 @@ def test_training_lowers_loss_on_a_real_user(user8_short):
     w0 = fsrs7.initial_weights(train)
 
     def logloss(w):
-        p = torch_cards.predict(fsrs7, w, train)
+        p = AutogradEngine(fsrs7).predict(w, train)
         y = train.rows["y"].to_numpy()
         return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
