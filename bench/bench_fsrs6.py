@@ -12,7 +12,7 @@ our fit's own preparation is). JIT: our kernels are loaded/compiled before timin
 numba cache) is measured once in a separate process and printed below the table.
 
 Trainers:
-- fast (ours): S0 initialisation (models/fsrs_init.py, as the upstream trainer) + models.fsrs6_fast.fit (Adam,
+- fast (ours): S0 initialisation (models/fsrs_init.py, as the upstream trainer) + models.fsrs6.fit (the engine's Adam,
   cards in mini-batches). "fit" is the fit alone, "S0+fit" includes the initialisation (what fsrs-rs's
   `benchmark` does internally).
 - fast-lbfgs: same objective, full-batch L-BFGS-B (for comparison).
@@ -101,7 +101,7 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
     torch.set_num_threads(1)
     with open(data_path, "rb") as fh:
         train, test = pickle.load(fh)
-    from models import fsrs6_fast as ff
+    from models import fsrs6 as ff
 
     rss0 = peak_rss_mb()
     t0 = time.perf_counter()
@@ -168,13 +168,12 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
     out["time_s"] = min(times)
     out["s0_s"] = min(s0_times) if s0_times else 0.0
     y = test.rows["y"].to_numpy(np.float64)
-    out["logloss"] = log_loss(ff.predict(w, test, clamp_grade=clamp_grade), y)
-    out["logloss_g3"] = log_loss(ff.predict(w, test, clamp_grade=3), y)
+    out["logloss"] = log_loss(ff.predict(w, test, floor_grade=clamp_grade), y)
+    out["logloss_g3"] = log_loss(ff.predict(w, test, floor_grade=3), y)
     yt = train.rows["y"].to_numpy(np.float64)
-    out["train_logloss"] = log_loss(ff.predict(w, train, clamp_grade=clamp_grade), yt)
+    out["train_logloss"] = log_loss(ff.predict(w, train, floor_grade=clamp_grade), yt)
     if trainer in ("fast", "fast-lbfgs", "upstream"):
         w_init = _s0(train, recency)
-        keep = train.rows["seq_pos"].to_numpy() <= 64
         weights = ff.recency_weights(len(train)) if recency else None
         out["objective"] = ff.loss_and_grad(w, w_init, ff.SIGMA, train, weights, max_seq_len=64)[0]
     out["w"] = [float(x) for x in w]
@@ -183,10 +182,10 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
 
 
 def cold_compile_seconds() -> float:
-    """First-call JIT time of models.fsrs6_fast with an empty numba cache, in a fresh process."""
+    """First-call JIT time of the engine's FSRS-6 kernels with an empty numba cache, in a fresh process."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
-        code = ("import time; t=time.perf_counter(); from models import fsrs6_fast as f; f.warmup(); "
+        code = ("import time; t=time.perf_counter(); from models import fsrs6 as f; f.warmup(); "
                 "print(time.perf_counter()-t)")
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
         return float(res.stdout.strip().splitlines()[-1])
@@ -257,7 +256,7 @@ def main(argv=None) -> None:
             print(f"  {n}: held-out LL fast − upstream = {diff:+.5f} (criterion ≤ +0.0005: "
                   f"{'OK' if diff <= 5e-4 else 'FAIL'})", file=sys.stderr)
     print("\n".join(lines))
-    print(f"\nJIT: cold compile of models/fsrs6_fast.py kernels (empty cache) {cold_compile_seconds():.1f} s; "
+    print(f"\nJIT: cold compile of the engine's FSRS-6 kernels (empty cache) {cold_compile_seconds():.1f} s; "
           f"cached load in a new process ≈ {results.get('fast', {}).get('jit_load_s', float('nan')):.2f} s "
           f"(neither is in the fit times).")
 
