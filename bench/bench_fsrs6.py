@@ -14,7 +14,8 @@ numba cache) is measured once in a separate process and printed below the table.
 Trainers:
 - fast (ours): S0 initialisation (models/fsrs_init.py, as the upstream trainer) + models.fsrs6.fit (the engine's Adam,
   cards in mini-batches). "fit" is the fit alone, "S0+fit" includes the initialisation (what fsrs-rs's
-  `benchmark` does internally).
+  `benchmark` does internally). Also timed (progress lines): one forward pass (predict) and one loss+gradient
+  over the training rows at the initial weights.
 - fast-lbfgs: same objective, full-batch L-BFGS-B (for comparison).
 - rust: fsrs_rs_python `FSRS([]).benchmark(items)` with one FSRSItem per training target (history + target);
   it always recency-weights and floors same-day Hard at 1 (G >= 2), so its held-out Log Loss is computed with
@@ -167,6 +168,17 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
             raise ValueError(trainer)
     out["time_s"] = min(times)
     out["s0_s"] = min(s0_times) if s0_times else 0.0
+    if trainer == "fast":  # one forward pass (predict) and one loss+gradient over the training rows, best of repeat
+        w_init = _s0(train, recency)
+        fwd, grad = [], []
+        for _ in range(max(repeat, 3)):
+            t0 = time.perf_counter()
+            ff.predict(w_init, train)
+            t1 = time.perf_counter()
+            ff.loss_and_grad(w_init, w_init, ff.SIGMA, train, max_seq_len=64)
+            fwd.append(t1 - t0)
+            grad.append(time.perf_counter() - t1)
+        out["forward_s"], out["grad_s"] = min(fwd), min(grad)
     y = test.rows["y"].to_numpy(np.float64)
     out["logloss"] = log_loss(ff.predict(w, test, floor_grade=clamp_grade), y)
     out["logloss_g3"] = log_loss(ff.predict(w, test, floor_grade=3), y)
@@ -238,7 +250,10 @@ def main(argv=None) -> None:
                     print(f"{tr} failed at {n}: {res.stderr[-2000:]}", file=sys.stderr)
                     continue
                 results[tr] = json.loads(res.stdout.strip().splitlines()[-1])
-                print(f"  {n} {tr}: {results[tr]['time_s']:.3f} s, LL {results[tr]['logloss']:.5f}", file=sys.stderr)
+                extra = (f", forward {results[tr]['forward_s'] * 1e3:.1f} ms, loss+gradient "
+                         f"{results[tr]['grad_s'] * 1e3:.1f} ms" if "forward_s" in results[tr] else "")
+                print(f"  {n} {tr}: fit {results[tr]['time_s']:.3f} s, S0 {results[tr]['s0_s'] * 1e3:.1f} ms, "
+                      f"LL {results[tr]['logloss']:.5f}{extra}", file=sys.stderr)
         finally:
             os.unlink(path)
         rust_t = results["rust"]["time_s"] if "rust" in results else float("nan")
