@@ -20,6 +20,7 @@ S0 moved by up to 7e-6 (relative).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -72,13 +73,44 @@ def fit_one_rating_scipy(delta_t: np.ndarray, recall: np.ndarray, count: np.ndar
     return float(np.asarray(res.x).ravel()[0])
 
 
+_LBFGSB = []
+
+
+def _lbfgsb_module():
+    """scipy's compiled L-BFGS-B (scipy.optimize._lbfgsb), loaded by itself: importing it the usual way first runs
+    scipy.optimize's __init__ (~1 s: every solver, scipy.sparse, scipy.linalg), a fixed cost per process that
+    Rust's path does not have. The extension only needs numpy; it is registered under its own name, so a later
+    `import scipy.optimize` reuses it. Falls back to the ordinary import."""
+    if not _LBFGSB:
+        import importlib.machinery
+        import importlib.util
+        import sys
+
+        name = "scipy.optimize._lbfgsb"
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                import scipy
+
+                folder = Path(scipy.__file__).parent / "optimize"
+                path = next(folder / f"_lbfgsb{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES
+                            if (folder / f"_lbfgsb{suffix}").exists())
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules[name] = module
+            except Exception:  # any layout surprise: the ordinary import
+                from scipy.optimize import _lbfgsb as module
+        _LBFGSB.append(module)
+    return _LBFGSB[0]
+
+
 def fit_one_rating(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
                    s_min: float, l1: bool = True) -> float:
     """fit_one_rating_scipy without minimize's overhead: its L-BFGS-B routine driven as minimize drives it (same
     m, tolerances, maxls, maxiter = Σ count counted on new iterates), its gradient rebuilt as approx_derivative's
     '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds), on the same loss."""
-    from scipy.optimize import _lbfgsb
-
+    _lbfgsb = _lbfgsb_module()
     loss = _loss(delta_t, recall, count, curve, s_default, l1)
     lo, hi = float(s_min), S0_MAX
     maxiter = int(np.sum(count))
