@@ -8,6 +8,11 @@ cannot cache such functions, and recompiling the engine in every process costs s
 Layout (see seq_engine.Cards): targets sorted by card then history length; card c spans targets tb[c]..te[c]-1 and
 needs the states after its first n[c] reviews, which start at sequence index start[c]. Target j reads the state
 after its t_pos[j]-th review (index t_pos[j]-1) and its own elapsed time t_dt[j].
+
+Every entry point takes the raw weights w and the model's run-time options, calls the model's `precompute(w, opts)`
+once (per call, or per mini-batch in adam_fit) and hands the result wc to the per-card functions; the gradient is
+accumulated against wc and folded back into w's by `precompute_vjp` (the stub's defaults: wc is w, a plain copy).
+Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines.
 """
 
 # ruff: noqa: F405, F811  (the model's names come from the rebound star import; one of the two card_loss sections
