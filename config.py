@@ -45,7 +45,7 @@ class RunConfig:
     batch_size: int = 512
     max_seq_len: int = 64
     n_epoch: int = 5
-    trainer: str = "fast"  # fast: compiled full-sequence gradients (models/fsrs6_fast.py); upstream: srs-benchmark's
+    trainer: str = "fast"  # fast: compiled full-sequence gradients (models/seq_engine.py); upstream: srs-benchmark's
     torch_num_threads: int = 1
     raw: bool = False
     file: bool = False
