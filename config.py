@@ -147,7 +147,7 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--algo", "--model", dest="algo", default=default_algo, type=algo_arg(algo_choices),
                    metavar="MODEL",
                    help="model to evaluate (--model is the seed README's name for the same flag): "
-                        + (f"one of {', '.join(algo_choices)}, or " if algo_choices else "")
+                        + (f"one of {', '.join(algo_choices)}, or ".replace("%", "%%") if algo_choices else "")
                         + "a model file path/to/my_model.py written to the own-model contract "
                           "(docs/own-model.md; result file named after its NAME)")
     p.add_argument("--rust", dest="algo", action="store_const", const="FSRS-rs", default=argparse.SUPPRESS,

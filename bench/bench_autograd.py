@@ -15,7 +15,7 @@ Trainers per model:
   upstream` (training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
   default compiled engine (hand-written numba VJPs).
 - FSRS-6: its torch recurrence (models/fsrs6.py first_state / next_state) on the autograd engine, models/fsrs6.py
-  with `--trainer upstream`, and models/fsrs6_fast.py.
+  with `--trainer upstream`, and FSRS-6's compiled engine plug-in (models/fsrs6_kernels.py).
 - SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation)
   vs the same L-BFGS over per-target histories in batches of 8192 (upstream's way; `--trainer upstream`).
 """
@@ -73,10 +73,9 @@ def trainers(name: str, train, test):
     from config import RunConfig
 
     if name == "FSRS-6":
-        from models import fsrs6_fast
+        from models import fsrs6
         from models.autograd_engine import AutogradEngine
-        from models.fsrs6 import FSRS6
-        from models.fsrs6_params import CLIP_HI, CLIP_LO, SIGMA
+        from models.fsrs6 import CLIP_HI, CLIP_LO, SIGMA, FSRS6
 
         def autograd():  # FSRS6.fit's S0 initialisation, then the autograd engine
             from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
@@ -87,7 +86,7 @@ def trainers(name: str, train, test):
             w_init = list(s0) + DEFAULT_W[4:]
             engine = AutogradEngine(FSRS6Functions, CLIP_LO, CLIP_HI)
             w = engine.fit(w_init, train, RunConfig(algo="FSRS-6"), w_init=w_init, sigma=SIGMA)
-            return lambda: fsrs6_fast.predict(w, test)
+            return lambda: fsrs6.predict(w, test)
 
         def per_model(trainer):
             def run():

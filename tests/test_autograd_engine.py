@@ -21,7 +21,7 @@ from models.autograd_engine import AutogradEngine, Recipe
 from models.base import ReviewData
 from runner import read_results, run
 
-# every engine plug-in with torch_init/torch_step/torch_curve (FSRS-6 is not a SeqModel yet: models/fsrs6_fast.py)
+# every engine plug-in with torch_init/torch_step/torch_curve (FSRS-6's compiled path is models/fsrs6.py's functional API over its plug-in)
 PLUGINS = ["FSRSv4", "FSRS-4.5", "FSRS-5", "HLR", "SM2-trainable", "Anki"]
 
 
@@ -182,7 +182,7 @@ def test_cuda_predictions_equal_the_cpu_ones():
 
 class _FSRS6Functions:
     """FSRS-6's torch recurrence (models/fsrs6.py: first_state / next_state / forgetting_curve) in the contract's
-    spelling; its compiled twin is models/fsrs6_fast.py (hand-written VJPs, same batching)."""
+    spelling; its compiled twin is the engine plug-in models/fsrs6_kernels.py (hand-written VJPs, same batching)."""
 
     @staticmethod
     def init(w, g, t):
@@ -203,9 +203,9 @@ class _FSRS6Functions:
         return forgetting_curve(t, state[0], w[20])
 
 
-def test_fsrs6_torch_functions_equal_its_compiled_fast_path():
-    from models import fsrs6_fast
-    from models.fsrs6_params import CLIP_HI, CLIP_LO, DEFAULT_W, SIGMA
+def test_fsrs6_torch_functions_equal_its_compiled_plug_in():
+    from models import fsrs6
+    from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, SIGMA
 
     auto = AutogradEngine(_FSRS6Functions, CLIP_LO, CLIP_HI)
     data = check_features(8, True)
@@ -213,14 +213,14 @@ def test_fsrs6_torch_functions_equal_its_compiled_fast_path():
     weights = rng.uniform(0.5, 1.5, len(data))
     w_init = np.array(DEFAULT_W)
     for w in (w_init, np.clip(w_init * rng.uniform(0.7, 1.3, 21), CLIP_LO, CLIP_HI)):
-        np.testing.assert_allclose(auto.predict(w, data), fsrs6_fast.predict(w, data), rtol=0, atol=1e-12)
-        loss, grad = fsrs6_fast.loss_and_grad(w, w_init, SIGMA, data, weights)
+        np.testing.assert_allclose(auto.predict(w, data), fsrs6.predict(w, data), rtol=0, atol=1e-12)
+        loss, grad = fsrs6.loss_and_grad(w, w_init, SIGMA, data, weights)
         loss_auto, grad_auto = auto.loss_and_grad(w, data, weights, w_init=w_init, sigma=SIGMA)
         assert loss_auto == pytest.approx(loss, rel=1e-12)
         np.testing.assert_allclose(grad_auto, grad, rtol=1e-8, atol=1e-8 * np.abs(grad).max())
     train = data.subset(np.arange(1500))
     cfg = RunConfig(algo="FSRS-6", n_epoch=2)
-    a = fsrs6_fast.fit(w_init, SIGMA, train, cfg)
+    a = fsrs6.fit(w_init, SIGMA, train, cfg)
     b = auto.fit(w_init, train, cfg, w_init=w_init, sigma=SIGMA)
     assert np.abs(a - w_init).max() > 1e-2
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
