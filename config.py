@@ -16,7 +16,10 @@ DEFAULT_DATA = REPO_ROOT.parent / "anki-revlogs-10k"
 EMBEDDED_DATA = REPO_ROOT / "data" / "embedded"
 
 # Models whose histories always include same-day reviews (upstream: FSRS-5, FSRS-6 and FSRS-rs "IL, G, SR").
-ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM"}  # LSTM: its published --short is its default
+ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM", "FSRS-7"}  # LSTM, FSRS-7: their published --short
+# Models whose published run is recency-weighted, built into the model (its RECIPE): the result name carries
+# "-recency" with or without the flag (SBD: upstream publishes `--algo SBD --recency`, file SBD-recency)
+ALWAYS_RECENCY = {"SBD"}
 
 
 @dataclass
@@ -33,7 +36,8 @@ class RunConfig:
     two_buttons: bool = False  # Era A --binary: Hard and Easy become Good
     short: bool = False  # same-day reviews stay in histories (never targets)
     disable_short_term: bool = False  # FSRS-5: w17 = w18 = 0 and frozen (with S0), as upstream script.py
-    # upstream's secs-mode flags; accepted where they are the model's built-in mode (LSTM), refused elsewhere
+    # upstream's secs-mode flags: --secs and --equalize_test_with_non_secs for the models that accept them
+    # (`accepts_secs`), --duration only where it is a model's built-in mode (the LSTM); see secs_mode
     secs: bool = False
     duration: bool = False
     equalize_test_with_non_secs: bool = False
@@ -41,7 +45,7 @@ class RunConfig:
     batch_size: int = 512
     max_seq_len: int = 64
     n_epoch: int = 5
-    trainer: str = "fast"  # fast: compiled full-sequence gradients (models/fsrs6_fast.py); upstream: srs-benchmark's
+    trainer: str = "fast"  # fast: compiled full-sequence gradients (models/seq_engine.py); upstream: srs-benchmark's
     torch_num_threads: int = 1
     raw: bool = False
     file: bool = False
@@ -66,22 +70,59 @@ class RunConfig:
     @property
     def include_short(self) -> bool:
         """Same-day reviews kept inside histories (targets never include them in day mode)."""
-        return self.short or self.algo in ALWAYS_SHORT
+        return self.short or self.algo in ALWAYS_SHORT or "short" in self.builtin_flags
+
+    @property
+    def builtin_flags(self) -> tuple:
+        """The flags that are the model's published mode, always on (a class attribute `builtin_flags`; e.g. the
+        LSTM's secs/duration/equalized test rows). They add no suffix to the result name."""
+        return _model_attr(self.algo, "builtin_flags", ())
+
+    @property
+    def secs_mode(self) -> bool:
+        """The general --secs feature pipeline (features.py step 5): for a model that declares `accepts_secs`,
+        when --secs is given or is one of its built-in flags. The LSTM handles its secs inputs itself (its own
+        target hook), so it does not declare it."""
+        return bool(_model_attr(self.algo, "accepts_secs", False)) and (self.secs or "secs" in self.builtin_flags)
+
+    @property
+    def equalize_mode(self) -> bool:
+        """--equalize_test_with_non_secs on the general secs pipeline: the test rows of the day-mode pipeline, the
+        secs rows before them for training (split.equalized_folds)."""
+        return self.secs_mode and (self.equalize_test_with_non_secs
+                                   or "equalize_test_with_non_secs" in self.builtin_flags)
+
+    @property
+    def model_name(self) -> str:
+        """The model's name: --algo, or the NAME a model file declares (its stem if none)."""
+        if str(self.algo).endswith(".py"):
+            from models.own_model import declared_name
+
+            return declared_name(self.algo)
+        return self.algo
 
     @property
     def name(self) -> str:
-        """Result-file base name: algorithm plus upstream's suffixes, in upstream's order."""
-        parts = [self.algo]
+        """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
+        flags add none: its published row keeps the model's name)."""
+        # (the model's module is imported only when a flag it could have built in is set)
+        flagged = self.short or self.secs or self.recency or self.equalize_test_with_non_secs
+        builtin = self.builtin_flags if flagged else ()
+        parts = [self.model_name]
         if self.default:
             parts.append("default")
         if self.S0:
             parts.append("S0")
         if self.two_buttons:
             parts.append("binary")
-        if self.short and self.algo not in ALWAYS_SHORT:
+        if self.short and self.algo not in ALWAYS_SHORT and "short" not in builtin:
             parts.append("short")
-        if self.recency:
+        if self.secs and "secs" not in builtin:
+            parts.append("secs")
+        if (self.recency or self.algo in ALWAYS_RECENCY) and "recency" not in builtin:
             parts.append("recency")
+        if self.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin:
+            parts.append("equalize_test_with_non_secs")
         if self.trainer != "fast":
             parts.append(f"{self.trainer}-trainer")
         if self.partitions != "none":
@@ -91,10 +132,24 @@ class RunConfig:
         return "-".join(parts)
 
 
+def _model_attr(algo: str, attr: str, default):
+    """A class attribute of the registered model `algo` (default for an unknown name)."""
+    import models
+
+    try:
+        return getattr(models.model_class(algo), attr, default)
+    except (ValueError, ImportError):
+        return default
+
+
 def build_parser(description: str, default_algo: str, algo_choices: list[str] | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--algo", "--model", dest="algo", default=default_algo, choices=algo_choices,
-                   help="model to evaluate (--model is the seed README's name for the same flag)")
+    p.add_argument("--algo", "--model", dest="algo", default=default_algo, type=algo_arg(algo_choices),
+                   metavar="MODEL",
+                   help="model to evaluate (--model is the seed README's name for the same flag): "
+                        + (f"one of {', '.join(algo_choices)}, or ".replace("%", "%%") if algo_choices else "")
+                        + "a model file path/to/my_model.py written to the own-model contract "
+                          "(docs/own-model.md; result file named after its NAME)")
     p.add_argument("--rust", dest="algo", action="store_const", const="FSRS-rs", default=argparse.SUPPRESS,
                    help="upstream's script.py --rust: evaluate FSRS-rs (FSRS-6 trained by the Rust fsrs crate via "
                         "fsrs-rs-python's benchmark()); same as --algo FSRS-rs, result file FSRS-rs")
@@ -123,19 +178,27 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="FSRS-5: no short-term stability term (w17 = w18 = 0, their gradients and S0's zeroed, as "
                         "upstream script.py's enable_short_term=False); same-day reviews stay in the histories "
                         "(suffix -disable_short_term)")
-    for flag, what in (("--secs", "fractional-day intervals (elapsed_seconds / 86400)"),
-                       ("--duration", "answer durations as inputs"),
-                       ("--equalize_test_with_non_secs", "the test reviews of the day-mode pipeline")):
-        p.add_argument(flag, action="store_true",
-                       help=f"upstream's {flag}: {what}. Built into the LSTM row (its published mode; accepted and "
-                            "changes nothing there); not implemented for other models, which refuse it")
+    p.add_argument("--secs", action="store_true",
+                   help="upstream's --secs: intervals in fractional days (elapsed_seconds / 86400) in histories and "
+                        "targets, same-day reviews as targets (with --short), no outlier filter (suffix -secs). For "
+                        "the models that declare accepts_secs; built into the LSTM and LogisticRegression rows")
+    p.add_argument("--equalize_test_with_non_secs", action="store_true",
+                   help="with --secs: each fold tests on the day-mode pipeline's test reviews and trains on every "
+                        "secs row before them, so the row sits in the day-mode table (suffix "
+                        "-equalize_test_with_non_secs)")
+    p.add_argument("--duration", action="store_true",
+                   help="upstream's --duration: answer durations as inputs. Built into the LSTM row (its published "
+                        "mode); refused by other models")
     p.add_argument("--n_splits", type=int, default=5, help="TimeSeriesSplit folds")
     p.add_argument("--batch_size", type=int, default=512, help="training batch size")
     p.add_argument("--max_seq_len", type=int, default=64,
                    help="longest training history; each card keeps its first 2x this many reviews")
     p.add_argument("--n_epoch", type=int, default=5, help="training epochs")
-    p.add_argument("--trainer", choices=["fast", "upstream"], default="fast",
+    p.add_argument("--trainer", choices=["fast", "autograd", "upstream"], default="fast",
                    help="fast: the upstream objective minimised with compiled one-pass-per-card gradients; "
+                        "autograd: the same batches and steps, gradients by torch autograd through one pass per "
+                        "card (models/autograd_engine.py; models with torch step functions; suffix "
+                        "-autograd-trainer); "
                         "upstream: srs-benchmark's torch trainer (sorted-length batches of 512, randperm(2023) "
                         "order, best epoch), for comparison (suffix -upstream-trainer)")
     p.add_argument("--torch_num_threads", type=int, default=1, help="torch threads per worker")
@@ -164,6 +227,27 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                         "(models/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
                         "batched path with --processes workers taking chunks (default: 64 on CUDA, 1 on the CPU)")
     return p
+
+
+def algo_arg(choices: list[str] | None):
+    """--algo/--model: a registered name (one of `choices` when given) or a model file (*.py), loaded and checked
+    here so that a missing or broken file is one clear error (exit 2) before any work; kept as an absolute path
+    so that worker processes find it."""
+    def parse(value: str) -> str:
+        from models.own_model import ModelFileError, is_model_path, load
+
+        if is_model_path(value):
+            try:
+                load(value)
+            except ModelFileError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+            return str(Path(value).expanduser().resolve())
+        if choices is not None and value not in choices:
+            raise argparse.ArgumentTypeError(f"unknown model {value!r} (choose from {', '.join(choices)}, or give "
+                                             "a model file path/to/my_model.py)")
+        return value
+    parse.__name__ = "model"
+    return parse
 
 
 def device_arg(value: str) -> str:

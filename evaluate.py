@@ -59,7 +59,9 @@ FEATURE_LEGEND = {
 # -binary stores 21 but w1, w3, w15, w16 are never used; neural rows store none), so for these names it wins.
 _FSRS6_IN = _FSRS5_IN = "IL, G, SR"
 KNOWN_MODELS: dict[str, tuple[int, str]] = {
-    "FSRS-7": (35, "IL, G, SR"),
+    "FSRS-7": (35, "FIL, G, SR"),  # its built-in --secs: fractional intervals
+    "FSRS-7-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's file name for "FSRS-7"
+    "FSRS-7-short-secs-recency-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # ... for "FSRS-7 recency"
     "FSRS-6": (21, _FSRS6_IN),
     "FSRS-6-default": (0, _FSRS6_IN),
     "FSRS-6-dry-run": (0, _FSRS6_IN),
@@ -104,13 +106,17 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "SM2": (0, "IL, G"),
     "SM2-short": (0, "IL, G, SR"),
     "SM2-trainable": (6, "IL, G"),
+    "SBD": (7, "IL, G"),
+    "SBD-recency": (7, "IL, G"),  # upstream's file name for the published (recency-weighted) SBD row
     "Anki": (7, "IL, G"),  # trainable Anki-SM-2
     "Anki-default": (0, "IL, G"),
     "Anki-dry-run": (0, "IL, G"),
     "Ebisu-v2": (0, "IL, G"),
     "AVG": (0, "---"),
     "MOVING-AVG": (0, "---"),
-    "LogisticRegression": (34, "IL, G, SR"),
+    "LogisticRegression": (34, "IL, FIL, G, SR"),
+    # upstream's file name for "LogisticRegression" (its flags are the row's defaults here)
+    "LogisticRegression-short-secs-recency-equalize_test_with_non_secs": (34, "IL, FIL, G, SR"),
     "RMSE-BINS-EXPLOIT": (0, "IL, G"),
     "90%": (0, "---"),
 }
@@ -120,11 +126,14 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
 COUNT_FROM_RESULT = {"FSRS-rs"}
 
 # srs-bench suffixes that change neither the parameter count nor the inputs; "X-recency-deck" counts as "X".
-NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer")
+NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer", "-autograd-trainer")
 
 # How upstream's README tables name the rows (the tables are hand-edited from the result-file names).
 DISPLAY_NAMES: dict[str, str] = {
     "LSTM-short-secs-equalize_test_with_non_secs": "LSTM",
+    "FSRS-7-short-secs-equalize_test_with_non_secs": "FSRS-7",
+    "FSRS-7-short-secs-recency-equalize_test_with_non_secs": "FSRS-7 recency",
+    "SBD-recency": "SBD",
     "FSRSv4": "FSRS v4",
     "FSRSv3": "FSRS v3",
     "FSRSv2": "FSRS v2",
@@ -137,6 +146,7 @@ DISPLAY_NAMES: dict[str, str] = {
     "Anki-dry-run": "Anki-SM-2",
     "Ebisu-v2": "Ebisu v2",
     "LogisticRegression": "Logistic Regression",
+    "LogisticRegression-short-secs-recency-equalize_test_with_non_secs": "Logistic Regression",
 }
 # Variant suffixes of the FSRS rows, as the README words them ("FSRS-6 default param.", "FSRS-6 pretrain", ...).
 SUFFIX_WORDS: dict[str, str] = {

@@ -6,7 +6,8 @@ Output (`ReviewData`):
 - `seq_delta_t`, `seq_rating`: each card's kept review sequence (after the rating filter, the 128-review cap and,
   without same-day histories, the one-review-per-day rule), cards one after another.
 - `rows`: one row per target review, in time order, with columns
-  card_id, review_th (1-based position in the user's file), delta_t (days since the card's previous kept review),
+  card_id, review_th (1-based position in the user's file), delta_t (days since the card's previous kept review;
+  fractional with --secs),
   y (1 = recalled), rating, i (1 + long-term reviews so far), first_rating, last_rating, rmse_bins_lapse,
   elapsed_days, elapsed_seconds, partition, seq_start, seq_pos (history = seq[seq_start : seq_start + seq_pos]).
 
@@ -38,11 +39,17 @@ class FeatureConfig:
     # script.py --binary took first_rating before its 2/4 → 3 mapping (the newer FSRS-6 binary groups mapped ones).
     outliers_by_recorded_rating: bool = False
     max_seq_len: int = 64  # each card keeps its first 2 * max_seq_len reviews
+    # upstream's --secs: intervals in fractional days (elapsed_seconds / 86400) in histories and targets; same-day
+    # reviews (with --short) become targets; no outlier filter. `equalize` (--equalize_test_with_non_secs) leaves
+    # the rows as they are: the runner takes the folds from the day-mode rows (split.equalized_folds).
+    secs: bool = False
+    equalize: bool = False
 
     @classmethod
     def from_run(cls, cfg) -> "FeatureConfig":
         return cls(short=cfg.include_short, two_buttons=cfg.two_buttons, max_seq_len=cfg.max_seq_len,
-                   outliers_by_recorded_rating=cfg.two_buttons and cfg.algo == "FSRS-5")
+                   outliers_by_recorded_rating=cfg.two_buttons and cfg.algo == "FSRS-5",
+                   secs=cfg.secs_mode, equalize=cfg.equalize_mode)
 
 
 def _group_starts(keys: np.ndarray) -> np.ndarray:
@@ -98,7 +105,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     r = rating[order]
     if fcfg.two_buttons:
         r = np.where((r == 2) | (r == 4), 3, r)
-    c, e = card[order], elapsed[order]
+    c, e, sec = card[order], elapsed[order], secs[order]
 
     # 4. Keep each card's first 2*max_seq_len valid reviews (same-day ones included in the count).
     keep = _cumcount(_group_starts(c)) < 2 * fcfg.max_seq_len
@@ -107,25 +114,30 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     if not fcfg.short:
         keep &= e != 0
     counts["same_day"] = len(keep) - counts["cap"] - int(keep.sum())
-    order, r, c, e = order[keep], r[keep], c[keep], e[keep]
+    order, r, c, e, sec = order[keep], r[keep], c[keep], e[keep], sec[keep]
 
     # The kept sequences are what histories index into.
     starts = _group_starts(c)
     pos = _cumcount(starts)  # number of earlier kept reviews of the card = history length
     seq_start = np.maximum.accumulate(np.where(starts, np.arange(len(c)), 0))
-    delta_t = np.maximum(e, 0)
+    # 5. The interval before each review: whole days, or with --secs fractional days (the first review's -1 -> 0).
+    delta_t = np.maximum(sec / 86400.0, 0.0) if fcfg.secs else np.maximum(e, 0).astype(np.float64)
 
-    # 7-8. first_rating, last_rating, lapses before this review (Again after an interval of >= 1 day).
+    # 7-8. first_rating, last_rating (whole-day intervals in both modes), lapses before this review. Upstream
+    # (features/base.py) counts an earlier Again when its delta_t does not print as "0": Again after >= 1 day in
+    # day mode; with --secs (delta_t is then a float, also under --equalize_test_with_non_secs) every earlier
+    # Again, the first review's and same-day ones included.
     first_rating = r[seq_start]
-    long_term = delta_t > 0
-    lapse_here = ((r == 1) & long_term).astype(np.int64)
+    long_term = e > 0
+    lapse_here = ((r == 1) & (long_term | fcfg.secs)).astype(np.int64)
     lapses_before = _run_cumsum(lapse_here, starts) - lapse_here
     last_lt = np.maximum.accumulate(np.where(long_term, np.arange(len(c)), -1))
     prev_lt = np.concatenate(([-1], last_lt[:-1]))  # most recent earlier long-term review (any card)
     has_prev = prev_lt >= seq_start
     last_rating = np.where(has_prev, r[np.maximum(prev_lt, 0)], first_rating)
 
-    # 9. Candidate rows: long-term reviews plus each card's first review (same-day repeats are never targets).
+    # 9. Candidate rows: long-term reviews plus each card's first review (same-day repeats are never targets in
+    # day mode; with --secs a same-day review has delta_t > 0 and stays).
     cand = (delta_t != 0) | (pos == 0) if fcfg.short else np.ones(len(c), dtype=bool)
     idx = np.flatnonzero(cand)
     counts["same_day"] += len(cand) - len(idx)
@@ -133,14 +145,14 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     # 10. i = 1 + number of long-term reviews so far (including this one).
     i = 1 + _run_cumsum((e_c > 0).astype(np.int64), _group_starts(c_c))
 
-    # 11. Outlier filter on the first long-term reviews, then cut each card at its first gap in i.
+    # 11. Day mode only: outlier filter on the first long-term reviews, then cut each card at its first gap in i.
     group_rating = rating[order][seq_start] if fcfg.outliers_by_recorded_rating else first_rating
-    drop = _outlier_mask(group_rating[idx], dt_c, i == 2)
+    drop = _outlier_mask(group_rating[idx], dt_c, i == 2) if not fcfg.secs else np.zeros(len(idx), dtype=bool)
     counts["outlier"] = int(drop.sum())
     idx, c_c, dt_c, i = idx[~drop], c_c[~drop], dt_c[~drop], i[~drop]
     cstarts = _group_starts(c_c)
     gap = np.zeros(len(i), dtype=bool)
-    gap[1:] = (i[1:] - i[:-1] != 1) & ~cstarts[1:]
+    gap[1:] = (i[1:] - i[:-1] != 1) & ~cstarts[1:] & (not fcfg.secs)
     broken = _run_cumsum(gap.astype(np.int64), cstarts) > 0
     ok = ~broken & (dt_c > 0)  # 12. targets: delta_t > 0
     counts["first"] = int((dt_c <= 0).sum())
@@ -157,7 +169,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     rows = pd.DataFrame({
         "card_id": c[idx],
         "review_th": review_th[src],
-        "delta_t": delta_t[idx].astype(np.float64),
+        "delta_t": delta_t[idx],
         "y": (r[idx] > 1).astype(np.int64),
         "rating": r[idx],
         "i": i,
@@ -170,7 +182,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
         "seq_start": seq_start[idx],
         "seq_pos": pos[idx],
     })
-    return ReviewData(rows, delta_t.astype(np.float64), r.astype(np.int8))
+    return ReviewData(rows, delta_t, r.astype(np.int8))
 
 
 def _outlier_mask(first_rating: np.ndarray, delta_t: np.ndarray, is_first_lt: np.ndarray) -> np.ndarray:
@@ -221,6 +233,8 @@ def history_strings(data: ReviewData) -> tuple[list[str], list[str]]:
     """Upstream's comma-joined t_history / r_history per target row (for peers and per-user TSV output)."""
     t_hist, r_hist = [], []
     for start, p in zip(data.rows["seq_start"].to_numpy(), data.rows["seq_pos"].to_numpy()):
-        t_hist.append(",".join(str(int(x)) for x in data.seq_delta_t[start:start + p]))
+        # whole days print as integers; --secs intervals keep their fraction
+        t_hist.append(",".join(str(int(x)) if float(x).is_integer() else str(float(x))
+                               for x in data.seq_delta_t[start:start + p]))
         r_hist.append(",".join(str(int(x)) for x in data.seq_rating[start:start + p]))
     return t_hist, r_hist

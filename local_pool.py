@@ -74,7 +74,11 @@ def _pool_context(cfg: RunConfig):
         return multiprocessing.get_context("spawn")
     models.create(cfg)  # imports the model's module (torch, numba kernels) without running anything
     if cfg.trainer == "fast":
-        from models import fsrs6_fast  # noqa: F401  (compiled kernels are loaded from numba's cache on first use)
+        from models import fsrs6  # noqa: F401  (compiled kernels are loaded from numba's cache on first use)
+        from models.kernel_math import warm_numba
+
+        if cfg.algo != "FSRS-rs":  # FSRS-rs trains in Rust and never runs a numba kernel
+            warm_numba()  # numba's one-time set-up, once here rather than once per worker
     return multiprocessing.get_context("fork")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from config import RunConfig
 from data_loader import DataError, load_partitions, load_revlogs
 from features import FeatureConfig, NotEnoughData, build_features, history_strings
 from models.base import InadequateData, ReviewData
-from split import time_series_folds
+from split import equalized_folds, time_series_folds
 
 
 def log(msg: str) -> None:
@@ -77,13 +77,19 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
         part = load_partitions(root, user_id, cfg.partitions, revlogs["card_id"])
         n_bad = int((~revlogs["rating"].isin([1, 2, 3, 4])).sum())
         warning = f"dropped {n_bad} review(s) with a rating outside 1-4" if n_bad else None
-        data = build_features(revlogs, FeatureConfig.from_run(cfg), part)
+        fcfg = FeatureConfig.from_run(cfg)
+        data = build_features(revlogs, fcfg, part)
         # Optional model hook: the targets upstream's code path for this model evaluates, chosen before the split
         # (e.g. SM2/Ebisu-v2 drop cards missing from the cards/decks tables; see models/sm2.py).
         restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
         if restrict is not None:
             data = restrict(data, root, user_id)
-        folds = time_series_folds(len(data), cfg.n_splits)
+        if fcfg.equalize:  # the day-mode pipeline's test reviews (split.equalized_folds)
+            day = build_features(revlogs, replace(fcfg, secs=False, equalize=False), part)
+            folds = equalized_folds(data.rows["review_th"].to_numpy(), day.rows["review_th"].to_numpy(),
+                                    cfg.n_splits)
+        else:
+            folds = time_series_folds(len(data), cfg.n_splits)
     except NotEnoughData as exc:
         return UserOutcome(user_id, skipped=str(exc))
     except DataError as exc:

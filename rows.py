@@ -39,7 +39,7 @@ class Row:
 # RunConfig field → command-line flag (config.build_parser)
 _FLAG_NAMES = {"default": "--default", "S0": "--S0", "two_buttons": "--binary", "short": "--short",
                "recency": "--recency", "partitions": "--partitions", "disable_short_term": "--disable_short_term",
-               "trainer": "--trainer"}
+               "trainer": "--trainer", "secs": "--secs", "equalize_test_with_non_secs": "--equalize_test_with_non_secs"}
 
 
 def _family(base: str, *, disable_short_term: bool = False) -> list[Row]:
@@ -62,9 +62,11 @@ ROWS: list[Row] = [
     Row("GRU-P-short", "GRU-P", {"short": True}),
     Row("GRU-P", "GRU-P"),
     Row("FSRS-7", "FSRS-7"),
+    Row("FSRS-7-recency", "FSRS-7", {"recency": True}),
     *_family("FSRS-6"),
     Row("FSRS-6-upstream-trainer", "FSRS-6", {"trainer": "upstream"}),  # srs-bench: FSRS-6 with upstream's trainer
     Row("FSRS-rs", "FSRS-rs"),
+    Row("FSRS-6-one-step", "FSRS-6-one-step"),
     *_family("FSRS-5", disable_short_term=True),
     Row("FSRS-4.5", "FSRS-4.5"),
     Row("FSRSv4", "FSRSv4"),
@@ -88,6 +90,7 @@ ROWS: list[Row] = [
     Row("HLR", "HLR"),
     Row("HLR-short", "HLR", {"short": True}),
     Row("SM2-trainable", "SM2-trainable"),
+    Row("SBD-recency", "SBD"),  # recency-weighted by construction (config.ALWAYS_RECENCY); README label "SBD"
     Row("Ebisu-v2", "Ebisu-v2"),
     Row("SM2-short", "SM2", {"short": True}),
     Row("SM2", "SM2"),

@@ -47,7 +47,8 @@ def per_user_reason(cfg: RunConfig) -> str | None:
 
     if not neural_batched.supports(cfg.algo):
         return f"{cfg.algo} has no batched trainer (GRU-P and GRU do)"
-    for flag, on in (("--partitions", cfg.partitions != "none"), ("--trainer upstream", cfg.trainer != "fast"),
+    for flag, on in (("--partitions", cfg.partitions != "none"),
+                     (f"--trainer {cfg.trainer}", cfg.trainer != "fast"),
                      ("--dry", cfg.default), ("--executor dask", cfg.executor == "dask")):
         if on:
             return f"{flag} runs users one by one"
@@ -60,11 +61,24 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     Another run writing the same result file is a DataError (exit 2) before any work."""
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
-    builtin = getattr(models.model_class(cfg.algo), "builtin_flags", ())
-    refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs") if getattr(cfg, f) and f not in builtin]
+    from models.own_model import ModelFileError
+
+    try:
+        cls = models.model_class(cfg.algo)
+    except ModelFileError as exc:
+        raise DataError(str(exc)) from None
+    if cfg.trainer == "autograd" and not getattr(cls, "autograd", False):
+        raise DataError(f"{cfg.algo}: --trainer autograd needs a model with torch step functions (a SeqModel whose "
+                        "kernels module has torch_init/torch_step/torch_curve, or a model file: docs/own-model.md)")
+    builtin = cfg.builtin_flags
+    accepts = getattr(cls, "accepts_secs", False)
+    refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs")
+               if getattr(cfg, f) and f not in builtin and not (accepts and f != "duration")]
     if refused:
-        raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (upstream's secs mode "
-                        "is built into the LSTM row only)")
+        raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (the models that "
+                        "accept upstream's secs mode declare accepts_secs; --duration is the LSTM's only)")
+    if cfg.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin and not cfg.secs_mode:
+        raise DataError("--equalize_test_with_non_secs needs --secs")
     if cfg.batch_users is not None and cfg.batch_users < 1:
         raise DataError("--batch-users must be at least 1")
     slots = device_slots(cfg)

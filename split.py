@@ -23,3 +23,23 @@ def time_series_folds(n_rows: int, n_splits: int = 5) -> list[tuple[np.ndarray, 
 
 def evaluated_size(n_rows: int, n_splits: int = 5) -> int:
     return n_splits * (n_rows // (n_splits + 1))
+
+
+def equalized_folds(secs_review_th: np.ndarray, day_review_th: np.ndarray,
+                    n_splits: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
+    """upstream's --equalize_test_with_non_secs (features/create_features.py): the folds of the day-mode rows
+    carried over to the secs rows. Fold k tests on the secs rows whose review_th is in the day-mode fold's test
+    block and trains on every secs row with a review_th below that block's first one (same-day targets and the
+    cards the day-mode outlier filter removed included). Both inputs are sorted by review_th; every day-mode target
+    must be a secs target too (upstream asserts it)."""
+    secs_review_th = np.asarray(secs_review_th)
+    day_review_th = np.asarray(day_review_th)
+    at = np.searchsorted(secs_review_th, day_review_th)
+    if (at >= len(secs_review_th)).any() or not np.array_equal(secs_review_th[np.minimum(at, len(secs_review_th) - 1)],
+                                                               day_review_th):
+        raise ValueError("--equalize_test_with_non_secs: a day-mode target is missing from the secs rows")
+    folds = []
+    for _, test in time_series_folds(len(day_review_th), n_splits):
+        first = int(at[test[0]]) if len(test) else len(secs_review_th)
+        folds.append((np.arange(first), at[test]))
+    return folds

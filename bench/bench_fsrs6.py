@@ -12,9 +12,10 @@ our fit's own preparation is). JIT: our kernels are loaded/compiled before timin
 numba cache) is measured once in a separate process and printed below the table.
 
 Trainers:
-- fast (ours): S0 initialisation (models/fsrs_init.py, as the upstream trainer) + models.fsrs6_fast.fit (Adam,
+- fast (ours): S0 initialisation (models/fsrs_init.py, as the upstream trainer) + models.fsrs6.fit (the engine's Adam,
   cards in mini-batches). "fit" is the fit alone, "S0+fit" includes the initialisation (what fsrs-rs's
-  `benchmark` does internally).
+  `benchmark` does internally). Also timed (progress lines): one forward pass (predict) and one loss+gradient
+  over the training rows at the initial weights.
 - fast-lbfgs: same objective, full-batch L-BFGS-B (for comparison).
 - rust: fsrs_rs_python `FSRS([]).benchmark(items)` with one FSRSItem per training target (history + target);
   it always recency-weights and floors same-day Hard at 1 (G >= 2), so its held-out Log Loss is computed with
@@ -101,7 +102,7 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
     torch.set_num_threads(1)
     with open(data_path, "rb") as fh:
         train, test = pickle.load(fh)
-    from models import fsrs6_fast as ff
+    from models import fsrs6 as ff
 
     rss0 = peak_rss_mb()
     t0 = time.perf_counter()
@@ -167,14 +168,24 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
             raise ValueError(trainer)
     out["time_s"] = min(times)
     out["s0_s"] = min(s0_times) if s0_times else 0.0
+    if trainer == "fast":  # one forward pass (predict) and one loss+gradient over the training rows, best of repeat
+        w_init = _s0(train, recency)
+        fwd, grad = [], []
+        for _ in range(max(repeat, 3)):
+            t0 = time.perf_counter()
+            ff.predict(w_init, train)
+            t1 = time.perf_counter()
+            ff.loss_and_grad(w_init, w_init, ff.SIGMA, train, max_seq_len=64)
+            fwd.append(t1 - t0)
+            grad.append(time.perf_counter() - t1)
+        out["forward_s"], out["grad_s"] = min(fwd), min(grad)
     y = test.rows["y"].to_numpy(np.float64)
-    out["logloss"] = log_loss(ff.predict(w, test, clamp_grade=clamp_grade), y)
-    out["logloss_g3"] = log_loss(ff.predict(w, test, clamp_grade=3), y)
+    out["logloss"] = log_loss(ff.predict(w, test, floor_grade=clamp_grade), y)
+    out["logloss_g3"] = log_loss(ff.predict(w, test, floor_grade=3), y)
     yt = train.rows["y"].to_numpy(np.float64)
-    out["train_logloss"] = log_loss(ff.predict(w, train, clamp_grade=clamp_grade), yt)
+    out["train_logloss"] = log_loss(ff.predict(w, train, floor_grade=clamp_grade), yt)
     if trainer in ("fast", "fast-lbfgs", "upstream"):
         w_init = _s0(train, recency)
-        keep = train.rows["seq_pos"].to_numpy() <= 64
         weights = ff.recency_weights(len(train)) if recency else None
         out["objective"] = ff.loss_and_grad(w, w_init, ff.SIGMA, train, weights, max_seq_len=64)[0]
     out["w"] = [float(x) for x in w]
@@ -183,10 +194,10 @@ def worker(trainer: str, data_path: str, repeat: int, recency: bool) -> dict:
 
 
 def cold_compile_seconds() -> float:
-    """First-call JIT time of models.fsrs6_fast with an empty numba cache, in a fresh process."""
+    """First-call JIT time of the engine's FSRS-6 kernels with an empty numba cache, in a fresh process."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
-        code = ("import time; t=time.perf_counter(); from models import fsrs6_fast as f; f.warmup(); "
+        code = ("import time; t=time.perf_counter(); from models import fsrs6 as f; f.warmup(); "
                 "print(time.perf_counter()-t)")
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
         return float(res.stdout.strip().splitlines()[-1])
@@ -239,7 +250,10 @@ def main(argv=None) -> None:
                     print(f"{tr} failed at {n}: {res.stderr[-2000:]}", file=sys.stderr)
                     continue
                 results[tr] = json.loads(res.stdout.strip().splitlines()[-1])
-                print(f"  {n} {tr}: {results[tr]['time_s']:.3f} s, LL {results[tr]['logloss']:.5f}", file=sys.stderr)
+                extra = (f", forward {results[tr]['forward_s'] * 1e3:.1f} ms, loss+gradient "
+                         f"{results[tr]['grad_s'] * 1e3:.1f} ms" if "forward_s" in results[tr] else "")
+                print(f"  {n} {tr}: fit {results[tr]['time_s']:.3f} s, S0 {results[tr]['s0_s'] * 1e3:.1f} ms, "
+                      f"LL {results[tr]['logloss']:.5f}{extra}", file=sys.stderr)
         finally:
             os.unlink(path)
         rust_t = results["rust"]["time_s"] if "rust" in results else float("nan")
@@ -257,7 +271,7 @@ def main(argv=None) -> None:
             print(f"  {n}: held-out LL fast − upstream = {diff:+.5f} (criterion ≤ +0.0005: "
                   f"{'OK' if diff <= 5e-4 else 'FAIL'})", file=sys.stderr)
     print("\n".join(lines))
-    print(f"\nJIT: cold compile of models/fsrs6_fast.py kernels (empty cache) {cold_compile_seconds():.1f} s; "
+    print(f"\nJIT: cold compile of the engine's FSRS-6 kernels (empty cache) {cold_compile_seconds():.1f} s; "
           f"cached load in a new process ≈ {results.get('fast', {}).get('jit_load_s', float('nan')):.2f} s "
           f"(neither is in the fit times).")
 

@@ -34,7 +34,7 @@ from runner import evaluate_user
 from pathlib import Path
 cfg = RunConfig(algo="FSRS-6", trainer={trainer!r}, processes=1)
 if {trainer!r} == "fast":
-    from models import fsrs6_fast; fsrs6_fast.warmup()
+    from models import fsrs6; fsrs6.warmup()
 t = time.perf_counter()
 out = evaluate_user({user}, cfg, Path({root!r}))
 wall = time.perf_counter() - t
@@ -72,7 +72,7 @@ def scaling(root: Path, users: list[int], processes: int, trainer: str) -> float
 
 
 def main() -> None:
-    from bench.simulate import simulate_user, write_users
+    from bench.simulate import write_users
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000,400000", help="raw reviews per simulated user")
@@ -84,9 +84,9 @@ def main() -> None:
     ap.add_argument("--scaling-reviews", type=int, default=100000, help="raw reviews per user in the scaling run")
     args = ap.parse_args()
 
-    from models import fsrs6_fast
+    from models import fsrs6
 
-    fsrs6_fast.warmup()  # compile once so that the subprocesses load the cache
+    fsrs6.warmup()  # compile once so that the subprocesses load the cache
     tmp = Path(tempfile.mkdtemp(prefix="srsbench-"))
     print(f"machine: {os.cpu_count()} cores, {os.uname().machine}; one thread per process\n")
     print("| raw reviews | evaluated | features (M reviews/s) | whole user, fast (s) | peak RSS fast (MB) "

@@ -1,6 +1,8 @@
 """Model registry: a name in the tables maps to "module:Class", imported only when that model runs.
 
 Adding a model is one file in this package plus one line here. The class is called with the run's `RunConfig`.
+A line without ":Class" ("SBD": "models.sbd") names a module written to the own-model contract (one torch file:
+DEFAULT_W, init/step/curve, ...; models/own_model.py), which the card-major autograd engine trains.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def _compiled_code_dir() -> None:
 _compiled_code_dir()
 
 REGISTRY: dict[str, str] = {
+    "FSRS-7": "models.fsrs7:FSRS7",
     "FSRS-6": "models.fsrs6:FSRS6",
     "FSRS-rs": "models.fsrs_rs:FSRSRs",
+    "FSRS-6-one-step": "models.fsrs_one_step:FSRS6OneStep",
     "FSRS-5": "models.fsrs_v5:FSRS5",
     "FSRS-4.5": "models.fsrs_v45:FSRS45",
     "FSRSv4": "models.fsrs_v4:FSRSv4",
@@ -62,6 +66,7 @@ REGISTRY: dict[str, str] = {
     "DASH[ACT-R]": "models.dash:DASHACTR",
     "ACT-R": "models.act_r:ACTR",
     "HLR": "models.hlr:HLR",
+    "SBD": "models.sbd",  # a one-file torch model (models/own_model.py's contract)
     "SM2-trainable": "models.sm2_trainable:SM2Trainable",
     "Anki": "models.anki:Anki",
     "SM2": "models.sm2:SM2",
@@ -70,14 +75,30 @@ REGISTRY: dict[str, str] = {
     "MOVING-AVG": "models.baselines:MovingAvg",
     "RMSE-BINS-EXPLOIT": "models.baselines:RMSEBinsExploit",
     "90%": "models.baselines:Constant90",
+    "LogisticRegression": "models.logistic_regression:LogisticRegression",
 }
 
 
+_OWN_CLASSES: dict[str, type] = {}
+
+
 def model_class(name: str) -> type:
+    """The class of a registered model, or of a model file (a path ending in .py, models/own_model.py). A registry
+    entry without ":Class" names a module written to the own-model contract."""
+    from models import own_model
+
+    if own_model.is_model_path(name):
+        if name not in _OWN_CLASSES:
+            _OWN_CLASSES[name] = own_model.model_class(name)
+        return _OWN_CLASSES[name]
     try:
         target = REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    if ":" not in target:
+        if target not in _OWN_CLASSES:
+            _OWN_CLASSES[target] = own_model.model_class(importlib.import_module(target), name)
+        return _OWN_CLASSES[target]
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -127,6 +127,7 @@ class ACTR(SeqModel):
     # the fast trainer replays upstream's length-sorted target batches (user 8 of upstream-check: 0.1264 with card
     # batches vs upstream's 0.1167).
     engine_batching = "length"
+    autograd = False  # no torch step functions: the card kernels are hand-written (--trainer autograd refused)
 
     def __init__(self, cfg=None):
         super().__init__(cfg)

@@ -199,6 +199,7 @@ class DASH(SeqModel):
     default_w = [0.2024, 0.5967, 0.1255, 0.6039, -0.1485, 0.572, 0.0933, 0.4801, 0.787]
     lower = [-math.inf] * 9
     upper = [math.inf] * 9
+    autograd = False  # no torch step functions: the card kernels are hand-written (--trainer autograd refused)
 
     def __init__(self, cfg=None):
         if cfg is not None and cfg.include_short:
@@ -251,6 +252,7 @@ class DASHACTR(SeqModel):
     # upstream-check); upstream's target batches cost nothing extra here, since each target already sums over its
     # own history (O(history) per target either way), and reproduce upstream to the 6th decimal.
     engine_batching = "length"
+    autograd = False  # no torch step functions: the card kernels are hand-written (--trainer autograd refused)
 
     def __init__(self, cfg=None):
         super().__init__(cfg)

@@ -8,21 +8,25 @@ Same-day reviews (t < 1) use the short-term update, whose growth factor is floor
 published srs-benchmark FSRS-6 (fsrs-optimizer after Dec 2025 and fsrs-rs 6.x floor it already for G >= 2; the two
 differ only on same-day Hard reviews).
 
-Everything runs in float32, as upstream's PyTorch model does (and as the peers agree to ~1e-6).
+Two trainers: `--trainer upstream` runs the torch model below (float32, as upstream's PyTorch model does; the peers
+agree to ~1e-6); `--trainer fast` (default) trains the same equations in float64 through the general one-pass-per-
+card engine (models/seq_engine.py) with FSRS-6's plug-in (models/fsrs6_kernels.py): `fit`, `predict` and
+`loss_and_grad` below are its functional API (also used by bench/bench_fsrs6.py). Predictions of a fitted FSRS6 are
+the torch model's in both cases.
 """
 
 from __future__ import annotations
-
-import importlib
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 import training
-from models.base import Model, ReviewData
-from models.fsrs6_params import CLIP_HI, CLIP_LO, DEFAULT_W, LR, S_MAX, S_MIN, SIGMA  # noqa: F401 (re-exported)
+from models.base import Model, ReviewData, recency_weights  # noqa: F401 (recency_weights: re-exported for benches)
+from models.fsrs6_kernels import (CLIP_HI, CLIP_LO, DEFAULT_W, FLOOR_GRADE, LR, N_PARAMS, S_MAX,  # noqa: F401
+                                  S_MIN, SIGMA)
 from models.fsrs_init import initialize_s0
+from models.seq_engine import SeqEngine
 
 GAMMA = 1.0  # weight of the L2 prior
 PREDICT_CHUNK = 8192  # cards per forward pass in predict()
@@ -132,13 +136,69 @@ class FSRS6Net(training.TrainableModule):
         self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
 
 
-def _fast_fit():
-    try:
-        fsrs6_fast = importlib.import_module("models.fsrs6_fast")
-    except ImportError as exc:
-        raise RuntimeError("--trainer fast needs models/fsrs6_fast.py (fit(w_init, sigma, train, cfg)), "
-                           f"which could not be imported: {exc}") from exc
-    return fsrs6_fast.fit
+# ---------------------------------------------------------------------------------- the compiled (fast) trainer
+KERNELS = "models.fsrs6_kernels"
+LOWER = np.array(CLIP_LO, dtype=np.float64)
+UPPER = np.array(CLIP_HI, dtype=np.float64)
+SEED = 2023
+
+
+def engine(floor_grade: int = FLOOR_GRADE) -> SeqEngine:
+    """The engine on FSRS-6's plug-in; floor_grade: the same-day growth is floored at 1 from this grade up (3: the
+    published run and this model; 2: fsrs-rs >= 0.9 and newer fsrs-optimizer)."""
+    return SeqEngine(KERNELS, LOWER, UPPER, opts=[float(floor_grade)])
+
+
+def clip(w) -> np.ndarray:
+    return np.minimum(np.maximum(np.asarray(w, dtype=np.float64), LOWER), UPPER)
+
+
+def predict(w, data: ReviewData, floor_grade: int = FLOOR_GRADE) -> np.ndarray:
+    """R for every row of `data` in row order (NaN without history): one float64 forward pass per card."""
+    return engine(floor_grade).predict(w, data)
+
+
+def loss_and_grad(w, w_init, sigma, data: ReviewData, weights=None, floor_grade: int = FLOOR_GRADE,
+                  max_seq_len: int | None = None) -> tuple[float, np.ndarray]:
+    """Σ weight·BCE + Σ((w − w_init)/σ)² and its gradient (torch clamp semantics), over all rows of `data` (or
+    those with history length ≤ max_seq_len when given)."""
+    return engine(floor_grade).loss_and_grad(w, data, weights=weights, w_init=w_init, sigma=sigma,
+                                             max_seq_len=max_seq_len)
+
+
+def fit(w_init, sigma, train: ReviewData, cfg=None, method: str = "adam", seed: int = SEED,
+        floor_grade: int = FLOOR_GRADE, lr: float = LR, check_every_epoch: bool = False) -> np.ndarray:
+    """All 21 parameters trained from `w_init` (the post-S0 vector, also the prior centre): the engine's Adam
+    (cfg's n_epoch, batch_size, max_seq_len, recency; mini-batches of whole cards, seeded), returning clipped
+    float64 weights. The result is the better (lower full objective) of w_init and the final weights;
+    check_every_epoch=True also considers the end of every epoch, as upstream does (each check is a full forward
+    pass; under the cosine schedule the last epoch is practically always the best, so it is off by default).
+    method="lbfgs": scipy's L-BFGS-B within the bounds on the same objective (for the bench)."""
+    eng = engine(floor_grade)
+    if method == "lbfgs":
+        from scipy.optimize import minimize
+
+        max_seq_len = int(getattr(cfg, "max_seq_len", 64))
+        weights = recency_weights(len(train)) if getattr(cfg, "recency", False) else None
+        res = minimize(lambda x: loss_and_grad(x, w_init, sigma, train, weights, floor_grade, max_seq_len),
+                       clip(w_init), jac=True, method="L-BFGS-B", bounds=list(zip(LOWER, UPPER)))
+        return clip(res.x)
+    if method != "adam":
+        raise ValueError(f"unknown method {method!r}")
+    return eng.fit(w_init, train, cfg, w_init=w_init, sigma=sigma, lr=lr, seed=seed,
+                   check_every_epoch=check_every_epoch)
+
+
+def warmup() -> None:
+    """Compile (or load from numba's cache) the engine's FSRS-6 kernels on a two-card toy set."""
+    import pandas as pd
+
+    rows = pd.DataFrame({"card_id": [0, 0, 1], "delta_t": [1.0, 3.0, 2.0], "y": [1, 0, 1],
+                         "seq_start": [0, 0, 3], "seq_pos": [1, 2, 1]})
+    data = ReviewData(rows, np.array([0.0, 1.0, 3.0, 0.0, 2.0]), np.array([3, 3, 1, 1, 3], dtype=np.int8))
+    predict(DEFAULT_W, data)
+    loss_and_grad(DEFAULT_W, DEFAULT_W, SIGMA, data)
+    fit(DEFAULT_W, SIGMA, data)
 
 
 class FSRS6(Model):
@@ -168,7 +228,7 @@ class FSRS6(Model):
             self.w = w_init
             return self
         if getattr(self.cfg, "trainer", "upstream") == "fast":
-            w = _fast_fit()(w_init, list(SIGMA), train, self.cfg)
+            w = fit(w_init, list(SIGMA), train, self.cfg)
             self.w = [float(x) for x in (w.tolist() if hasattr(w, "tolist") else w)]
             return self
         net = FSRS6Net(w_init, dtype=self.dtype)

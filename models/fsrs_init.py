@@ -6,15 +6,25 @@ model's own forgetting curve. Ratings without data are then filled in by a power
 neighbours, so the four values stay ordered the way the ratings are.
 
 The curve is a parameter: FSRS-6 passes its power curve with the default decay, FSRS-4.5/5 their fixed curves.
+
+Speed: upstream fits each rating with `scipy.optimize.minimize` (L-BFGS-B, finite-difference gradient), whose
+Python machinery (ScalarFunction, approx_derivative, bound conversions) and the pandas groupby cost ~10–20 ms per
+fold, more than fsrs-rs's whole fit on a small collection. Here the groups are built with numpy and scipy's
+compiled L-BFGS-B routine (`setulb`, what `minimize` drives) is driven directly, with `minimize`'s loop, settings
+and forward-difference gradient rebuilt step for step on the same numpy loss: the same floating-point operations in
+the same order, so the same S0 bit for bit (`reference=True` runs upstream's call itself; tests/test_fsrs_init.py
+compares the two on real collections). A compiled objective was tried and rejected: numpy's vectorised log/power
+differ from libm's by an ulp, the 1e-8 finite difference turns that into ~1e-6 of gradient, and on flat optima the
+S0 moved by up to 7e-6 (relative).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 
 from models.base import InadequateData
 
@@ -26,6 +36,12 @@ S0_MAX = 100.0
 ORDER_PAIRS = ((1, 2), (2, 3), (3, 4), (1, 3), (2, 4), (1, 4))
 
 Curve = Callable[[np.ndarray, np.ndarray], np.ndarray]  # R(t, S), numpy, broadcasting
+# scipy.optimize.minimize's L-BFGS-B defaults, as upstream calls it
+LBFGSB_M = 10
+LBFGSB_FTOL = 2.2204460492503131e-09
+LBFGSB_GTOL = 1e-5
+LBFGSB_MAXLS = 20
+FD_STEP = 1e-8  # minimize's absolute finite-difference step for L-BFGS-B
 
 
 def first_review_groups(rows: pd.DataFrame) -> pd.DataFrame:
@@ -35,18 +51,119 @@ def first_review_groups(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def fit_one_rating(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
-                   s_min: float, l1: bool = True) -> float:
-    """argmin over S in [s_min, 100] of Σ count·BCE(recall, R(delta_t, S)) + |S − s_default|/16 (L-BFGS-B from the
-    default, at most Σ count iterations, finite-difference gradient: the same call upstream makes)."""
+def _loss(delta_t, recall, count, curve: Curve, s_default: float, l1: bool):
+    """The fitted objective of one rating as a function of S (a 1-element array, as minimize passes it)."""
 
     def loss(s):
         p = curve(delta_t, s)
         logloss = np.sum(-(recall * np.log(p) + (1 - recall) * np.log(1 - p)) * count)
         return logloss + (np.abs(s - s_default) / 16 if l1 else 0.0)
 
-    res = minimize(loss, x0=s_default, bounds=((s_min, S0_MAX),), options={"maxiter": int(np.sum(count))})
+    return loss
+
+
+def fit_one_rating_scipy(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
+                         s_min: float, l1: bool = True) -> float:
+    """argmin over S in [s_min, 100] of Σ count·BCE(recall, R(delta_t, S)) + |S − s_default|/16 (L-BFGS-B from the
+    default, at most Σ count iterations, finite-difference gradient): upstream's call itself, the reference."""
+    from scipy.optimize import minimize
+
+    res = minimize(_loss(delta_t, recall, count, curve, s_default, l1), x0=s_default, bounds=((s_min, S0_MAX),),
+                   options={"maxiter": int(np.sum(count))})
     return float(np.asarray(res.x).ravel()[0])
+
+
+_LBFGSB = []
+
+
+def _lbfgsb_module():
+    """scipy's compiled L-BFGS-B (scipy.optimize._lbfgsb), loaded by itself: importing it the usual way first runs
+    scipy.optimize's __init__ (~1 s: every solver, scipy.sparse, scipy.linalg), a fixed cost per process that
+    Rust's path does not have. The extension only needs numpy; it is registered under its own name, so a later
+    `import scipy.optimize` reuses it. Falls back to the ordinary import."""
+    if not _LBFGSB:
+        import importlib.machinery
+        import importlib.util
+        import sys
+
+        name = "scipy.optimize._lbfgsb"
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                import scipy
+
+                folder = Path(scipy.__file__).parent / "optimize"
+                path = next(folder / f"_lbfgsb{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES
+                            if (folder / f"_lbfgsb{suffix}").exists())
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules[name] = module
+            except Exception:  # any layout surprise: the ordinary import
+                from scipy.optimize import _lbfgsb as module
+        _LBFGSB.append(module)
+    return _LBFGSB[0]
+
+
+def fit_one_rating(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
+                   s_min: float, l1: bool = True) -> float:
+    """fit_one_rating_scipy without minimize's overhead: its L-BFGS-B routine driven as minimize drives it (same
+    m, tolerances, maxls, maxiter = Σ count counted on new iterates), its gradient rebuilt as approx_derivative's
+    '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds), on the same loss."""
+    _lbfgsb = _lbfgsb_module()
+    loss = _loss(delta_t, recall, count, curve, s_default, l1)
+    lo, hi = float(s_min), S0_MAX
+    maxiter = int(np.sum(count))
+    m = LBFGSB_M
+    x = np.clip(np.atleast_1d(np.asarray(s_default, dtype=np.float64)), lo, hi)
+    low, up, nbd = np.array([lo]), np.array([hi]), np.array([2], dtype=np.int32)
+    f = np.array(0.0)
+    g = np.zeros(1)
+    wa = np.zeros(2 * m + 5 + 11 * m * m + 8 * m)
+    iwa = np.zeros(3, dtype=np.int32)
+    task = np.zeros(2, dtype=np.int32)
+    ln_task = np.zeros(2, dtype=np.int32)
+    lsave = np.zeros(4, dtype=np.int32)
+    isave = np.zeros(44, dtype=np.int32)
+    dsave = np.zeros(29)
+    factr = LBFGSB_FTOL / np.finfo(float).eps
+    n_iterations = 0
+    while True:
+        _lbfgsb.setulb(m, x, low, up, nbd, f, g, factr, LBFGSB_GTOL, wa, iwa, task, lsave, isave, dsave,
+                       LBFGSB_MAXLS, ln_task)
+        if task[0] == 3:  # f and g wanted at x
+            x0 = x.copy()
+            f0 = float(np.asarray(loss(x0.copy())).item())
+            h = FD_STEP
+            if (x0[0] + h) - x0[0] == 0:
+                h = np.sqrt(np.finfo(float).eps) * max(1.0, abs(x0[0]))
+            if (x0[0] + h < lo or x0[0] + h > hi) and abs(h) <= max(x0[0] - lo, hi - x0[0]):
+                h = -h
+            x1 = x0.copy()
+            x1[0] = x0[0] + h
+            f1 = float(np.asarray(loss(x1)).item())
+            f = f0
+            g = np.array([(f1 - f0) / ((x0[0] + h) - x0[0])])
+        elif task[0] == 1:  # a new iterate
+            n_iterations += 1
+            if n_iterations >= maxiter:
+                task[0], task[1] = 5, 504
+        else:
+            break
+    return float(x[0])
+
+
+def _numpy_groups(rows: pd.DataFrame):
+    """(first_rating, delta_t, y) of the training rows that first_review_groups groups, and the mean recall of all
+    of them; y is 0/1, so every sum is an exact integer and the means equal pandas' to the bit."""
+    i = rows["i"].to_numpy()
+    dt = rows["delta_t"].to_numpy(np.float64)
+    y = rows["y"].to_numpy(np.float64)
+    keep = (i > 1) & (dt > 0)
+    if not keep.any():
+        raise InadequateData("no training rows")
+    first = keep & (i == 2)
+    return rows["first_rating"].to_numpy()[first], dt[first], y[first], float(y[keep].mean())
 
 
 def repair_order(stability: dict[int, float], count: Mapping[int, float]) -> dict[int, float]:
@@ -111,28 +228,40 @@ def fill_missing(stability: Mapping[int, float], s0_default: Sequence[float]) ->
 
 
 def initialize_s0(rows: pd.DataFrame, curve: Curve, s0_default: Sequence[float], s_min: float,
-                  secs: bool = False) -> list[float]:
+                  secs: bool = False, reference: bool = False) -> list[float]:
     """The four initial stabilities fitted on the training rows (columns i, first_rating, delta_t, y).
 
-    `secs` drops the recall smoothing and the L1 pull, as upstream's float-interval mode does.
+    `secs` drops the recall smoothing and the L1 pull, as upstream's float-interval mode does. `reference` runs
+    upstream's pandas groupby and scipy.optimize.minimize instead of their fast equivalents (the tests' reference).
     Raises InadequateData when there are no training rows or no first long-term review.
     """
-    rows = rows[(rows["i"] > 1) & (rows["delta_t"] > 0)]
-    if len(rows) == 0:
-        raise InadequateData("no training rows")
-    avg_recall = float(rows["y"].mean())
-    groups = first_review_groups(rows)
     stability: dict[int, float] = {}
     count: dict[int, float] = {}
-    for g in (1, 2, 3, 4):
-        grp = groups[groups["first_rating"] == g]
-        if grp.empty:
+    if reference:
+        rows = rows[(rows["i"] > 1) & (rows["delta_t"] > 0)]
+        if len(rows) == 0:
+            raise InadequateData("no training rows")
+        avg_recall = float(rows["y"].mean())
+        groups = first_review_groups(rows)
+        per_rating = [(g, grp["delta_t"].to_numpy(np.float64), grp["mean"].to_numpy(np.float64),
+                       grp["count"].to_numpy(np.float64)) for g, grp in groups.groupby("first_rating", sort=True)]
+        solve = fit_one_rating_scipy
+    else:
+        ratings, dts, ys, avg_recall = _numpy_groups(rows)
+        per_rating = []
+        for g in (1, 2, 3, 4):
+            sel = ratings == g
+            if sel.any():
+                dt_g, inv = np.unique(dts[sel], return_inverse=True)  # sorted, as groupby(sort=True)
+                n = np.bincount(inv).astype(np.float64)
+                per_rating.append((g, dt_g, np.bincount(inv, weights=ys[sel]) / n, n))
+        solve = fit_one_rating
+    for g, delta_t, mean, n in per_rating:
+        g = int(g)
+        if g not in (1, 2, 3, 4):
             continue
-        n = grp["count"].to_numpy(np.float64)
-        mean = grp["mean"].to_numpy(np.float64)
         recall = mean if secs else (mean * n + avg_recall) / (n + 1)
-        stability[g] = fit_one_rating(grp["delta_t"].to_numpy(np.float64), recall, n, curve, float(s0_default[g - 1]),
-                                      s_min, l1=not secs)
+        stability[g] = solve(delta_t, recall, n, curve, float(s0_default[g - 1]), s_min, l1=not secs)
         count[g] = float(n.sum())
     s0 = fill_missing(repair_order(stability, count), s0_default)
     return [max(float(min(S0_MAX, x)), float(s_min)) for x in s0]

@@ -31,7 +31,7 @@ import numpy as np
 
 from models.base import InadequateData, Model, ReviewData
 from models.fsrs6 import FSRS6
-from models.fsrs6_params import DEFAULT_W
+from models.fsrs6_kernels import DEFAULT_W
 
 ROUND_DECIMALS = 4  # upstream rounds the weights benchmark() returns
 

@@ -45,9 +45,10 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 
 
 # ------------------------------------------------------------------------- the FSRS-5/6 core (numba), shared
-# FSRS-6 (models/fsrs6_kernels.py) is this core with a trainable decay w20 (curve factor F = 0.9^(−1/w20) − 1),
-# the short-term factor S^(−w19) with its floor at 1 for G ≥ floor_grade, and s_min 0.001. FSRS-5 passes its fixed
-# curve, no w19 (has_w19 False), no floor (floor_grade 5) and s_min 0.01.
+# Written for the FSRS-5/6 family: a trainable decay (dfactor = dF/d(decay)), the short-term factor S^(−w19) with its
+# floor at 1 for G ≥ floor_grade (has_w19), s_min. FSRS-5 passes its fixed curve, no w19 (has_w19 False), no floor
+# (floor_grade 5) and s_min 0.01. FSRS-6 itself has its own plug-in (models/fsrs6_kernels.py), the same equations
+# with the weight-only terms hoisted into the engine's `precompute` and the step's intermediates kept for its VJP.
 
 @njit(cache=True)
 def core_init(w, g, out, s_min):

@@ -137,7 +137,7 @@ class HLR(SeqModel):
             raise InadequateData("no training rows")
         cfg = dataclasses.replace(self.cfg, max_seq_len=NO_LIMIT)  # upstream drops no HLR row (see docstring)
         w_init = list(self.default_w)
-        if getattr(self.cfg, "trainer", "fast") == "fast":
+        if getattr(self.cfg, "trainer", "fast") in ("fast", "autograd"):
             w = self.engine.fit(w_init, train, cfg, lr=self.lr)
         else:
             import training

@@ -101,3 +101,9 @@ def card_batch_bounds(sizes, batch_size):
             bounds[nb] = pos + 1
             acc = 0
     return bounds[:nb + 1]
+
+
+def warm_numba() -> None:
+    """Load numba's typing registries (~1 s, the first cached kernel any process loads pays it) by loading one small
+    kernel. Called before forking the worker pool, so that every worker inherits them instead of paying it again."""
+    card_batch_bounds(np.zeros(1, dtype=np.int64), 1)

@@ -7,7 +7,10 @@ padded per batch, through autograd: Σ_targets history_length steps per epoch in
 
 A model plugs in with its step function and its vector-Jacobian products written once as numba functions (the
 contract: models/seq_model_stub.py); `instantiate` compiles the engine's kernels (models/seq_engine_kernels.py) for
-that model. The trainer minimises upstream's objective
+that model. What depends only on the weights is hoisted out of the per-review loop by the model's optional
+`precompute` (once per mini-batch / call, with its own VJP folding the constants' adjoints back into the gradient);
+a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ) and fuse a target's curve
+and BCE (target_loss / target_loss_vjp). Models that define none of these run exactly as before. The trainer minimises upstream's objective
     L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)
 with Adam (lr 4e-2), a per-step cosine schedule over mini-batches of whole cards (≈ batch_size targets, order
 shuffled per epoch with a seeded numpy Generator), the model's clip box after every step, frozen parameters
@@ -35,6 +38,10 @@ _TEMPLATE = Path(__file__).with_name("seq_engine_kernels.py")
 _STUB_IMPORT = "from models.seq_model_stub import *"
 _GENERIC_BEGIN = "# ---- GENERIC-CARD-BEGIN"
 _GENERIC_END = "# ---- GENERIC-CARD-END"
+_CUSTOM_BEGIN = "# ---- CUSTOM-CARD-BEGIN"
+_CUSTOM_END = "# ---- CUSTOM-CARD-END"
+_TARGET_BEGIN = "# ---- DEFAULT-TARGET-BEGIN"
+_TARGET_END = "# ---- DEFAULT-TARGET-END"
 _INSTANCES: dict[str, object] = {}
 
 
@@ -80,6 +87,12 @@ def bound_copy(source: str, placeholder: str, binding: str, name: str):
     return module
 
 
+def _cut(source: str, begin: str, end: str) -> str:
+    """The template without its section from the line `begin` to the line `end`."""
+    a, b = source.index(begin), source.index(end)
+    return source[:a] + source[b:]
+
+
 def instantiate(model_module: str):
     """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py)."""
     if model_module in _INSTANCES:
@@ -88,13 +101,24 @@ def instantiate(model_module: str):
     source = _TEMPLATE.read_text(encoding="utf-8")
     names = ["N_STATE"]
     if hasattr(model, "card_loss_grad"):
-        begin, end = source.index(_GENERIC_BEGIN), source.index(_GENERIC_END)
-        source = source[:begin] + source[end:]
+        source = _cut(source, _GENERIC_BEGIN, _GENERIC_END)
         names += ["card_loss_grad", "card_predict"]
     else:
+        source = _cut(source, _CUSTOM_BEGIN, _CUSTOM_END)
         names += ["init", "step", "curve", "init_vjp", "step_vjp", "curve_vjp"]
-    module = bound_copy(source, _STUB_IMPORT, f"from {model_module} import {', '.join(names)}",
-                        f"engine_{model_module.replace('.', '_')}")
+        if hasattr(model, "target_loss_vjp"):
+            source = _cut(source, _TARGET_BEGIN, _TARGET_END)
+            names += ["target_loss", "target_loss_vjp"]
+    if hasattr(model, "N_ADJ"):
+        names.append("N_ADJ")
+    binding = f"from {model_module} import {', '.join(names)}"
+    if not hasattr(model, "N_ADJ"):
+        binding += "\nN_ADJ = N_STATE"
+    if hasattr(model, "precompute"):
+        binding += ", precompute, precompute_vjp"
+    else:  # the stub's no-op defaults: wc is w, gw += gwc
+        binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
+    module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module
     return module
 
@@ -136,10 +160,12 @@ class Cards:
 class SeqEngine:
     """Prediction, loss/gradient and training of one model on `ReviewData`, through its compiled kernels."""
 
-    def __init__(self, model_module: str, lower, upper):
+    def __init__(self, model_module: str, lower, upper, opts=()):
+        """opts: the model's run-time options, passed to its `precompute` (e.g. FSRS-6's same-day floor grade)."""
         self.model_module = model_module
         self.lower = np.asarray(lower, dtype=np.float64)
         self.upper = np.asarray(upper, dtype=np.float64)
+        self.opts = np.asarray(opts, dtype=np.float64).reshape(-1)
 
     @property
     def k(self):
@@ -159,7 +185,7 @@ class SeqEngine:
         cards = Cards(data)
         out = np.full(len(data), np.nan)
         p = np.empty(len(cards.t_row))
-        self.k.predict_cards(self._w(w), *cards.args(), cards.max_n, p)
+        self.k.predict_cards(self._w(w), self.opts, *cards.args(), cards.max_n, p)
         out[cards.t_row] = p
         return out
 
@@ -171,7 +197,7 @@ class SeqEngine:
         keep = None if max_seq_len is None else data.rows["seq_pos"].to_numpy() <= max_seq_len
         cards = Cards(data, weights, keep)
         grad = np.zeros(len(w))
-        loss = self.k.loss_grad_cards(w, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad)
+        loss = self.k.loss_grad_cards(w, self.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad)
         if sigma is not None:
             inv_var = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2
             diff = w - self._w(w_init)
@@ -214,8 +240,8 @@ class SeqEngine:
             items, orders, bounds, n_batches = self._length_batches(cards, n_epoch, batch_size, sort_kind)
         else:
             raise ValueError(f"unknown batching {batching!r}")
-        best_w, _ = self.k.adam_fit(w0, w_init, inv_var, mask, self.lower, self.upper, *cards.args(), cards.t_y,
-                                    cards.t_wt, cards.max_n, items, orders, bounds, n_batches, float(lr),
+        best_w, _ = self.k.adam_fit(w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(),
+                                    cards.t_y, cards.t_wt, cards.max_n, items, orders, bounds, n_batches, float(lr),
                                     np.asarray(betas, dtype=np.float64), bool(check_every_epoch))
         return self.clip(best_w)
 

@@ -8,7 +8,15 @@ cannot cache such functions, and recompiling the engine in every process costs s
 Layout (see seq_engine.Cards): targets sorted by card then history length; card c spans targets tb[c]..te[c]-1 and
 needs the states after its first n[c] reviews, which start at sequence index start[c]. Target j reads the state
 after its t_pos[j]-th review (index t_pos[j]-1) and its own elapsed time t_dt[j].
+
+Every entry point takes the raw weights w and the model's run-time options, calls the model's `precompute(w, opts)`
+once (per call, or per mini-batch in adam_fit) and hands the result wc to the per-card functions; the gradient is
+accumulated against wc and folded back into w's by `precompute_vjp` (the stub's defaults: wc is w, a plain copy).
+Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines.
 """
+
+# ruff: noqa: F405, F811  (the model's names come from the rebound star import; one of the two card_loss sections
+# is cut out by seq_engine.instantiate)
 
 import math
 
@@ -27,6 +35,23 @@ def scratch(max_n):
 
 # ---- GENERIC-CARD-BEGIN (left out when the model defines card_loss_grad / card_predict itself)
 
+# ---- DEFAULT-TARGET-BEGIN (left out when the model defines target_loss / target_loss_vjp itself)
+@njit(cache=True)
+def target_loss(w, state, t, y, wt):
+    """weight·BCE of one target read from `state`."""
+    return bce(curve(w, state, t), y, wt)[0]
+
+
+@njit(cache=True)
+def target_loss_vjp(w, state, t, y, wt, gstate, gw):
+    """weight·BCE of one target read from `state`; adds its adjoint into gstate and gw."""
+    p = curve(w, state, t)
+    lo, gp = bce(p, y, wt)
+    curve_vjp(w, state, t, gp, gstate, gw)
+    return lo
+# ---- DEFAULT-TARGET-END
+
+
 @njit(cache=True)
 def forward_card(w, seq_dt, seq_g, start, n, states):
     """states[k] = state after review k of the card (k = 0..n-1)."""
@@ -43,17 +68,15 @@ def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, b
     gprev = buf[2][0]
     forward_card(w, seq_dt, seq_g, start, n, states)
     for k in range(n):
-        gstates[k, :] = 0.0
+        for i in range(N_ADJ):
+            gstates[k, i] = 0.0
     loss = 0.0
     for j in range(tb, te):
         k = t_pos[j] - 1
-        p = curve(w, states[k], t_dt[j])
-        lo, gp = bce(p, t_y[j], t_wt[j])
-        loss += lo
-        curve_vjp(w, states[k], t_dt[j], gp, gstates[k], gw)
+        loss += target_loss_vjp(w, states[k], t_dt[j], t_y[j], t_wt[j], gstates[k], gw)
     for k in range(n - 1, 0, -1):
         step_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k], gstates[k], gprev, gw)
-        for i in range(gprev.shape[0]):
+        for i in range(N_ADJ):
             gstates[k - 1, i] += gprev[i]
     init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
     return loss
@@ -67,46 +90,76 @@ def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
     for j in range(tb, te):
         out[j] = curve(w, states[t_pos[j] - 1], t_dt[j])
 
+
+@njit(cache=True)
+def card_loss(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, p):
+    """Σ weight·BCE over the card's targets (one forward pass; p is unused scratch)."""
+    states = buf[0]
+    forward_card(w, seq_dt, seq_g, start, n, states)
+    loss = 0.0
+    for j in range(tb, te):
+        loss += target_loss(w, states[t_pos[j] - 1], t_dt[j], t_y[j], t_wt[j])
+    return loss
+
 # ---- GENERIC-CARD-END
 
+# ---- CUSTOM-CARD-BEGIN (left out for a step-function model, which has the card_loss above)
+
 
 @njit(cache=True)
-def predict_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, max_n, out):
+def card_loss(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, p):
+    """Σ weight·BCE over the card's targets from the model's own card_predict (p: per-target scratch)."""
+    card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, p)
+    loss = 0.0
+    for j in range(tb, te):
+        loss += bce(p[j], t_y[j], t_wt[j])[0]
+    return loss
+
+# ---- CUSTOM-CARD-END
+
+
+@njit(cache=True)
+def predict_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, max_n, out):
     buf = scratch(max_n)
+    wc = precompute(w, opts)
     for c in range(len(c_start)):
-        card_predict(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, c_tb[c], c_te[c], buf, out)
+        card_predict(wc, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, c_tb[c], c_te[c], buf, out)
 
 
 @njit(cache=True)
-def loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
+def loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
     """Σ weight·BCE over every card (forward only)."""
     buf = scratch(max_n)
+    wc = precompute(w, opts)
     p = np.empty(len(t_pos))
     loss = 0.0
     for c in range(len(c_start)):
-        card_predict(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, c_tb[c], c_te[c], buf, p)
-        for j in range(c_tb[c], c_te[c]):
-            loss += bce(p[j], t_y[j], t_wt[j])[0]
+        loss += card_loss(wc, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, t_y, t_wt, c_tb[c], c_te[c], buf, p)
     return loss
 
 
 @njit(cache=True)
-def loss_grad_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, gw):
+def loss_grad_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, gw):
+    """Σ weight·BCE over every card; adds its gradient into gw."""
     buf = scratch(max_n)
+    wc = precompute(w, opts)
+    gwc = np.zeros(len(wc))
     loss = 0.0
     for c in range(len(c_start)):
-        loss += card_loss_grad(w, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, t_y, t_wt, c_tb[c], c_te[c],
-                               buf, gw)
+        loss += card_loss_grad(wc, seq_dt, seq_g, c_start[c], c_n[c], t_pos, t_dt, t_y, t_wt, c_tb[c], c_te[c],
+                               buf, gwc)
+    precompute_vjp(w, opts, wc, gwc, gw)
     return loss
 
 
 @njit(cache=True)
-def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
+def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
              t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch):
     """Adam with a per-step cosine schedule, penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after
     every step, and the best full objective among the initial weights and the end of every epoch
     (check_every_epoch) or of the last one only.
 
+    opts: the model's run-time options (models/seq_model_stub.py: precompute).
     Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
     Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e]."""
     n_epoch = orders.shape[0]
@@ -124,19 +177,22 @@ def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_star
     b2 = betas[1]
     eps = 1e-8
     best_w = w.copy()
-    best = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+    best = loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
         + l2_prior(w, w_init, inv_var)
     step_no = 0
     for e in range(n_epoch):
         for b in range(n_batches[e]):
+            wc = precompute(w, opts)  # the model's per-weight constants, once per batch
+            gwc = np.zeros(len(wc))
             grad[:] = 0.0
             nt = 0
             for pos in range(bounds[e, b], bounds[e, b + 1]):
                 it = orders[e, pos]
                 c = items[it, 0]
                 nt += items[it, 2] - items[it, 1]
-                card_loss_grad(w, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
-                               items[it, 2], buf, grad)
+                card_loss_grad(wc, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
+                               items[it, 2], buf, gwc)
+            precompute_vjp(w, opts, wc, gwc, grad)
             scale = nt / n_targets
             for j in range(n_w):
                 gj = (grad[j] + 2.0 * scale * (w[j] - w_init[j]) * inv_var[j]) * grad_mask[j]
@@ -147,7 +203,7 @@ def adam_fit(w0, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_star
             for j in range(n_w):
                 w[j] = min(max(w[j], lower[j]), upper[j])
         if check_every_epoch or e == n_epoch - 1:
-            cur = loss_cards(w, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+            cur = loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
                 + l2_prior(w, w_init, inv_var)
             if cur < best:
                 best = cur

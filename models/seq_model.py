@@ -2,6 +2,9 @@
 
 - `--trainer fast` (default): the compiled one-pass-per-card engine (models/seq_engine.py) with the model's numba
   kernels (the module named by `kernels`).
+- `--trainer autograd`: the card-major autograd trainer (models/autograd_engine.py) on the module's torch functions:
+  the same batches, steps and checkpoint rule as the compiled engine, gradients by torch autograd instead of the
+  hand-written VJPs (the reference a researcher's own torch model runs on, and checked against the compiled path).
 - `--trainer upstream`: srs-benchmark's torch trainer (training.py) over per-target padded histories, with the
   same model stepped in torch (`torch_init`, `torch_step`, `torch_curve` of the same module). It is the reference
   the fast path is tested against (predictions and gradients), and the side the bench scripts compare with.
@@ -51,6 +54,8 @@ class SeqModel(Model):
     # Mini-batches of the fast trainer: "cards" (one pass per card) or "length" (upstream's target batches, for
     # models whose 5 epochs stop far from convergence, where the batches decide where training ends).
     engine_batching: str = "cards"
+    # the kernels module carries torch_init/torch_step/torch_curve, so `--trainer autograd` can run it
+    autograd: bool = True
 
     def __init__(self, cfg=None):
         if cfg is None:
@@ -60,7 +65,12 @@ class SeqModel(Model):
         self.cfg = cfg
         self.w = list(self.default_w)
         self.n_params = 0 if cfg.default else len(self.default_w)
-        self.engine = SeqEngine(self.kernels, self.lower, self.upper)
+        if getattr(cfg, "trainer", "fast") == "autograd":
+            from models.autograd_engine import AutogradEngine
+
+            self.engine = AutogradEngine(importlib.import_module(self.kernels), self.lower, self.upper)
+        else:
+            self.engine = SeqEngine(self.kernels, self.lower, self.upper)
 
     @property
     def torch_dtype(self):
@@ -100,7 +110,7 @@ class SeqModel(Model):
         if self.frozen:
             mask = np.ones(len(w_init))
             mask[list(self.frozen)] = 0.0
-        if getattr(self.cfg, "trainer", "fast") == "fast":
+        if getattr(self.cfg, "trainer", "fast") in ("fast", "autograd"):
             w = self.engine.fit(w_init, train, self.cfg, w_init=w_init, sigma=self.sigma, grad_mask=mask, keep=keep,
                                 lr=self.lr, batching=self.engine_batching, sort_kind=self.batch_sort,
                                 check_every_epoch=self.engine_batching == "length")  # upstream's checkpoints too

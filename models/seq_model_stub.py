@@ -10,12 +10,40 @@ adds every target's loss gradient where that target reads the state. Models whos
 history in a way no fixed-size state captures (DASH windows, ACT-R activations) define `card_loss_grad` and
 `card_predict` instead (same signatures as the engine's generic ones) and N_STATE = the scratch width they need.
 
+Per-weight precomputation (optional): a model may define `precompute(w, opts) -> wc` and
+`precompute_vjp(w, opts, wc, gwc, gw)`. The engine calls precompute once per weight vector (per mini-batch, per
+prediction or loss call) and passes wc, not w, to every function below (so `w` there means wc), and their *_vjp
+add into gwc (same length as wc); precompute_vjp then folds gwc into gw once per batch. This is where a model
+hoists what depends only on the weights (exp(w8), the curve factor of a trainable decay, ...) out of the per-review
+loop; the convention is wc[:len(w)] = w followed by the model's constants. `opts` is a float64 array of run-time
+options given to SeqEngine (empty by default; FSRS-6 passes its same-day floor grade). A model that does not define
+them gets the defaults below: wc is w itself and gw += gwc, so its arithmetic is unchanged bit for bit.
+
 Arguments: w — float64 parameter vector; g — integer grade 1..4 of the review; t — float64 elapsed days before
 the review (0 for a first review) or, in `curve`, before the target; state/prev/new — float64 arrays of length
 N_STATE. Every *_vjp receives the adjoint of its output and ADDS the parameter adjoint into gw.
 """
 
+from numba import njit
+
 N_STATE = 1
+# Optional: only state[:N_ADJ] carry adjoints (default N_STATE). A model may keep values its step computed in
+# state[N_ADJ:] for its own step_vjp (which receives `new`), as long as no later step or curve reads them; the
+# engine then neither clears nor propagates their (zero) adjoints.
+N_ADJ = N_STATE
+
+
+@njit(cache=True)
+def precompute(w, opts):
+    """Default: no per-weight constants; the step functions see w itself."""
+    return w
+
+
+@njit(cache=True)
+def precompute_vjp(w, opts, wc, gwc, gw):
+    """Default: gw += gwc (wc is w)."""
+    for j in range(len(gw)):
+        gw[j] += gwc[j]
 
 
 def init(w, g, t, out):
@@ -45,4 +73,18 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
 
 def curve_vjp(w, state, t, gp, gstate, gw):
     """gstate += gp · ∂curve/∂state; gw += gp · ∂curve/∂w."""
+    raise NotImplementedError
+
+
+def target_loss(w, state, t, y, wt):
+    """Optional, with target_loss_vjp: weight·BCE(curve(w, state, t), y) of one target (default: kernel_math.bce
+    of curve)."""
+    raise NotImplementedError
+
+
+def target_loss_vjp(w, state, t, y, wt, gstate, gw):
+    """Optional, with target_loss: weight·BCE(curve(w, state, t), y) of one target, adding its adjoint into gstate and gw. The
+    engine's default composes curve, kernel_math.bce and curve_vjp; a model defines it to share work between the
+    three (FSRS-6 works on ln R, one log1p per target). It must keep torch's BCE (logs floored at −100) wherever
+    the model's curve can reach those values."""
     raise NotImplementedError

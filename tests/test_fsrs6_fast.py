@@ -1,4 +1,6 @@
-"""models/fsrs6_fast.py (compiled FSRS-6 forward/adjoint + trainer) and bench/simulate.py."""
+"""FSRS-6's compiled trainer: its engine plug-in (models/fsrs6_kernels.py) through models/fsrs6.py's functional API
+(predict / loss_and_grad / fit), against a float64 torch autograd reference written from the equations, and
+bench/simulate.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import torch
 
 from bench.simulate import simulate_user
 from features import FeatureConfig, build_features
-from models import fsrs6_fast as ff
+from models import fsrs6 as ff
+from models import fsrs6_kernels as fk
+from models.seq_engine import Cards
 from models.base import ReviewData
 
 
@@ -47,7 +51,7 @@ def random_w(rng) -> np.ndarray:
 
 def torch_objective(w, w_init, data: ReviewData, weights=None, clamp_grade=3, max_seq_len=None):
     """The objective written straightforwardly: one recurrence from scratch per target row (float64 autograd)."""
-    sigma = torch.tensor(ff.SIGMA, dtype=torch.float64)
+    sigma = torch.tensor(fk.SIGMA, dtype=torch.float64)
     rows = data.rows
     loss = torch.zeros((), dtype=torch.float64)
     preds = []
@@ -100,7 +104,7 @@ def test_forward_matches_fsrs_rs_python():
     model = fsrs_rs.FSRS(list(fsrs_rs.DEFAULT_PARAMETERS))
     data = random_data(11, n_cards=40, max_len=16)
     # fsrs-rs >= 0.9 floors the same-day growth at 1 from Hard up (G >= 2)
-    ours = ff.predict(w, data, clamp_grade=2)
+    ours = ff.predict(w, data, floor_grade=2)
     rows = data.rows
     factor = 0.9 ** (-1 / w[20]) - 1
     worst = 0.0
@@ -141,7 +145,7 @@ def test_loss_and_grad_vs_autograd_random(seed):
     loss, grad = ff.loss_and_grad(w, w_init, ff.SIGMA, data, weights)
     ref_loss, ref_grad = torch_loss_grad(w, w_init, data, weights=weights)
     assert loss == pytest.approx(ref_loss, rel=1e-10)
-    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-8 * np.abs(ref_grad).max())
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-8, atol=1e-10 * np.abs(ref_grad).max())
 
 
 CLAMPED = {
@@ -160,32 +164,67 @@ def test_loss_and_grad_vs_autograd_clamped(case, clamp_grade):
     for j, v in CLAMPED[case].items():
         w[j] = v
     data = random_data(7, n_cards=30, max_len=14)
-    loss, grad = ff.loss_and_grad(w, ff.DEFAULT_W, ff.SIGMA, data, clamp_grade=clamp_grade)
+    loss, grad = ff.loss_and_grad(w, ff.DEFAULT_W, ff.SIGMA, data, floor_grade=clamp_grade)
     ref_loss, ref_grad = torch_loss_grad(w, ff.DEFAULT_W, data, clamp_grade=clamp_grade)
     assert loss == pytest.approx(ref_loss, rel=1e-10)
-    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-8 * np.abs(ref_grad).max())
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-8, atol=1e-10 * np.abs(ref_grad).max())
 
 
 def test_clamped_cases_really_clamp():
     """The CLAMPED vectors do reach the clamps they are meant to exercise (S at both ends, D at both ends)."""
     data = random_data(7, n_cards=30, max_len=14)
+    k = ff.engine().k
+    cards = Cards(data)
+    states = np.zeros((cards.max_n, fk.N_STATE))
     seen = set()
     for case in CLAMPED:
-        w = ff.DEFAULT_W.copy()
+        w = np.array(ff.DEFAULT_W)
         for j, v in CLAMPED[case].items():
             w[j] = v
-        cards = ff._Cards(data)
-        buf = np.empty((5, cards.max_n))
-        S, D = buf[0], buf[1]
+        wc = k.precompute(w, np.array([3.0]))
         for ci in range(len(cards.c_start)):
             n = int(cards.c_n[ci])
-            ff._forward_card(w, ff._consts(w), cards.seq_dt, cards.seq_g, cards.c_start[ci], n, S, D, buf[2], buf[3],
-                             buf[4], 3)
-            seen |= {"s_min"} if (S[:n] == ff.S_MIN).any() else set()
-            seen |= {"s_max"} if (S[:n] == ff.S_MAX).any() else set()
-            seen |= {"d_min"} if (D[:n] == 1.0).any() else set()
-            seen |= {"d_max"} if (D[:n] == 10.0).any() else set()
+            k.forward_card(wc, cards.seq_dt, cards.seq_g, cards.c_start[ci], n, states)
+            S, D = states[:n, 0], states[:n, 1]
+            seen |= {"s_min"} if (S == ff.S_MIN).any() else set()
+            seen |= {"s_max"} if (S == ff.S_MAX).any() else set()
+            seen |= {"d_min"} if (D == 1.0).any() else set()
+            seen |= {"d_max"} if (D == 10.0).any() else set()
     assert seen == {"s_min", "s_max", "d_min", "d_max"}
+
+
+def test_precompute_layout():
+    """wc = w followed by the weight-only constants the kernels read, computed here from their definitions."""
+    w = np.array(ff.DEFAULT_W)
+    wc = ff.engine(2).k.precompute(w, np.array([2.0]))
+    np.testing.assert_array_equal(wc[:21], w)
+    f = 0.9 ** (-1 / w[20]) - 1
+    assert wc[fk.C_F] == pytest.approx(f, rel=1e-14)
+    h = 1e-6
+    assert wc[fk.C_DF] == pytest.approx((0.9 ** (-1 / (w[20] + h)) - 0.9 ** (-1 / (w[20] - h))) / (2 * h), rel=1e-7)
+    assert wc[fk.C_D04] == pytest.approx(w[4] - math.exp(3 * w[5]) + 1, rel=1e-14)
+    assert wc[fk.C_E8] == pytest.approx(math.exp(w[8]), rel=1e-14)
+    assert wc[fk.C_EM] == pytest.approx(1 / math.exp(w[17] * w[18]), rel=1e-14)
+    for g in range(1, 5):
+        assert wc[fk.C_SINC + g] == pytest.approx(math.exp(w[17] * (g - 3 + w[18])), rel=1e-14)
+    assert wc[fk.C_FLOOR] == 2.0
+    assert ff.engine().k.precompute(w, np.zeros(0))[fk.C_FLOOR] == fk.FLOOR_GRADE
+
+
+def test_fused_target_loss_equals_bce_of_predictions(user_data):
+    """The plug-in's ln-R target loss (target_loss / target_loss_vjp) is the plain BCE of the predicted R."""
+    data = user_data.subset(np.arange(2000))
+    w = random_w(np.random.default_rng(12))
+    p = ff.predict(w, data)
+    y = data.rows["y"].to_numpy(np.float64)
+    ok = ~np.isnan(p)
+    bce = -np.sum(y[ok] * np.log(p[ok]) + (1 - y[ok]) * np.log1p(-p[ok]))
+    sigma = np.full(21, np.inf)
+    loss, _ = ff.loss_and_grad(w, w, sigma, data)
+    assert loss == pytest.approx(bce, rel=1e-12)
+    cards = Cards(data)
+    fwd = ff.engine().k.loss_cards(w, np.array([3.0]), *cards.args(), cards.t_y, cards.t_wt, cards.max_n)
+    assert fwd == pytest.approx(bce, rel=1e-12)
 
 
 def test_grad_vs_central_differences(user_data):

@@ -1,0 +1,343 @@
+"""FSRS-7 (35 parameters), written to the own-model contract (docs: issue #17; spec models.md §9).
+
+Version followed: upstream srs-benchmark models/fsrs_v7.py @049be71984b7 (the 35-parameter model; upstream marks
+FSRS-7 unstable, its file has dozens of later revisions). Published mode: `--short --secs` (same-day reviews in the
+histories, intervals in fractional days), evaluated on the day-mode test reviews (`--equalize_test_with_non_secs`):
+these are the row's built-in flags, so `python other.py --model FSRS-7 [--recency]` reproduces upstream's
+`FSRS-7-short-secs[-recency]-equalize_test_with_non_secs` rows and writes result/FSRS-7[-recency].jsonl. Training
+then sees every secs-pipeline target before the fold's first test review, same-day reviews included.
+
+State (S, D). w = w0..w34.
+- First review (grade G): S = w[G−1]; D = clamp(D0(G), 1, 10), D0(G) = w4 − e^{w5(G−1)} + 1.
+- Later review after elapsed t (days, fractional) with grade G; R = R(t, S) unclamped; the OLD D is used:
+  two stability blocks with the same form, long-term b = 7 (w7..w15) and short-term b = 16 (w16..w24):
+    fail_b  = w[b+3]·D^{−w[b+4]}·((S+1)^{w[b+5]} − 1)·e^{w[b+6](1−R)}
+    PLS_b   = min(S, fail_b)                                             (post-lapse stability)
+    SInc_b  = 1 + e^{w[b]−1.5}·(11−D)·S^{−w[b+1]}·(e^{w[b+2](1−R)} − 1)·h_b·e_b
+              (h_b = w[b+7] if G = 2 else 1, e_b = w[b+8] if G = 4 else 1)
+    S_b     = max(PLS_b, S·SInc_b) if G > 1 else PLS_b
+  blend: c = 1 − w26·e^{−w25·t}, S' = clamp(c·S_7 + (1−c)·S_16, S_MIN, 36500)
+  D' = clamp(0.01·D0(4) + 0.99·(D − w6(G−3)(10−D)/9), 1, 10)       (fixed mean reversion 0.01, D0(4) unclamped)
+- Forgetting curve, two power curves mixed by S-dependent weights (d1, d2, b1, b2, a1, a2, p1, p2 = w27..w34):
+    R_i = (1 + (b_i^{−1/d_i} − 1)·t/S)^{−d_i},   W1 = a1·S^{−p1},  W2 = a2·S^{p2},   R = (W1·R1 + W2·R2)/(W1 + W2)
+  (R_i(S, S) = b_i); a prediction is R clamped to [1e−4, 0.9999].
+
+Clip after every step (upstream's FSRS7ParameterClipper, in order): w0 ∈ [s_min, 50], w1 ∈ [w0, 100], w2 ∈ [w1, 100],
+w3 ∈ [w2, 100], w28 ∈ [w27, 0.95], w30 ∈ [w29, 0.99]; the rest a fixed box (LOWER/UPPER). s_min = 1e−4 is the
+--secs value (upstream config), the row's mode (upstream run without --secs would clamp at 0.01).
+
+Initial weights (`initial_weights`, upstream `initialize_parameters`): for each of 16 candidate curve-parameter sets
+(w27..w34), fit S0 per first rating on the first long-term reviews (i == 2) grouped by (first rating, interval) —
+in secs mode the interval binned (< 2 h: 10-minute bins, < 1 day: 2-hour bins, else whole days, each at least its
+bin width) — minimising Σ n·BCE(r̂, clamp(R(Δt, S), 1e−4, 0.9999)) + |S − DEFAULT_W[G−1]|/16 by L-BFGS-B on
+[s_min, 100] from the default (r̂ = (mean·n + ȳ)/(n + 1), ȳ the training set's mean recall; both the smoothing and
+the L1 term stay on in secs mode here, unlike FSRS-6's fit); order repair between ratings as FSRS-6. The candidate
+with the lowest summed loss wins; missing ratings are filled by log-anchor interpolation (anchors −8.09, −3.83, −2.5,
+−1.0: between two known ratings ln S is interpolated linearly in anchor position, outside them offset by the anchor
+difference from the nearest known one), rounded to 4 decimals, clipped to [1e−4, 100] and made monotone; one known
+rating scales all four defaults. w0..w3 (clamped to [s_min, 100]) and the winning curve set replace the defaults;
+that vector is also the prior centre.
+
+Training (RECIPE): Adam(lr 2e−2, betas (0.8, 0.85)), cosine annealing per batch, 8 epochs, batches of 1024 targets,
+the L2 prior 0.5·Σ((w − w_init)/σ)² (σ = SIGMA; 9999 for S0, i.e. free) scaled by B/N per batch, the final epoch's
+weights kept. `--recency`: row weights 0.0667 + 0.9333·x^11.25, x = linspace(0, 1, N) over the training rows in time
+order (upstream's newest trainer; "FSRS-7 recency"). Upstream's optional scheduling penalties (--sched_penalties)
+are not reproduced (off in the published rows).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from models.base import InadequateData, Model, ReviewData
+from models.fsrs_init import repair_order
+
+NAME = "FSRS-7"
+S_MIN = 1e-4
+S_MAX = 36500.0
+INIT_S_MAX = 100.0
+P_MIN, P_MAX = 1e-4, 0.9999
+LONG, SHORT = 7, 16  # first index of each stability block
+
+DEFAULT_W = [0.041, 2.4175, 4.1283, 11.9709,  # S0
+             5.6385, 0.4468, 3.262,  # difficulty
+             2.3054, 0.1688, 1.3325, 0.3524, 0.0049, 0.7503, 0.0896, 0.6625, 1.3,  # long-term stability
+             0.882, 0.3072, 3.5875, 0.303, 0.0107, 0.2279, 2.6413, 0.5594, 1.3,  # short-term stability
+             2.5, 1.0,  # long/short blend
+             0.0723, 0.1634, 0.5, 0.9555, 0.2245, 0.6232, 0.1362, 0.3862]  # curve: d1 d2 b1 b2 a1 a2 p1 p2
+LOWER = [S_MIN] * 4 + [1, 0.001, 0.1,
+                       0, 0, 0.3, 0.01, 0.001, 0.1, 0, 0, 1,
+                       0, 0, 0.5, 0.001, 0.001, 0.001, 0, 0, 1,
+                       2.5, 0,
+                       0.01, 0.01, 0.5, 0.5, 0.01, 0.1, 0, 0.1]
+UPPER = [INIT_S_MAX / 2] + [INIT_S_MAX] * 3 + [10, 4, 4,
+                                               4, 1.2, 3, 1.5, 0.9, 1, 3.5, 1, 7,
+                                               4, 2, 6, 1.5, 2, 1, 5, 1, 7,
+                                               15, 1,
+                                               0.25, 0.95, 0.85, 0.99, 1, 1, 0.9, 1.1]
+SIGMA = [9999.0] * 4 + [0.523, 0.2528, 0.4329,
+                        0.2966, 0.2139, 0.2889, 0.1862, 0.0829, 0.175, 0.3812, 0.3013, 0.9104,
+                        0.3234, 0.2448, 0.3273, 0.1842, 0.1542, 0.1735, 0.4608, 0.311, 0.864,
+                        0.4053, 0.162,
+                        0.0418, 0.2596, 0.0798, 0.0682, 0.1282, 0.1397, 0.1407, 0.1489]
+PRIOR_WEIGHT = 0.5
+
+
+def recency_weights(n: int) -> np.ndarray:
+    """FSRS-7's --recency row weights: 0.0667 + 0.9333·x^11.25 over the training rows in time order."""
+    return 0.0667 + 0.9333 * np.power(np.linspace(0, 1, n), 11.25)
+
+
+RECIPE = dict(optimizer="adam", lr=2e-2, betas=(0.8, 0.85), weight_decay=0.0, n_epoch=8, batch_size=1024,
+              keep="last", recency_fn=recency_weights, prior_weight=PRIOR_WEIGHT)
+
+# The S0 search's candidate curve parameters (w27..w34); the first is the defaults'.
+CURVE_CANDIDATES = [
+    DEFAULT_W[27:],
+    [0.0594, 0.3358, 0.598, 0.9517, 0.3122, 0.5685, 0.2371, 0.4871],
+    [0.0441, 0.2533, 0.6823, 0.9598, 0.3613, 0.5202, 0.2283, 0.4783],
+    [0.0621, 0.2475, 0.6496, 0.9744, 0.313, 0.5662, 0.2336, 0.4836],
+    [0.0462, 0.2962, 0.6938, 0.9592, 0.3341, 0.5273, 0.2185, 0.4685],
+    [0.0422, 0.2813, 0.6713, 0.9421, 0.2935, 0.5985, 0.2183, 0.4683],
+    [0.0568, 0.1563, 0.6567, 0.9633, 0.3682, 0.5041, 0.1952, 0.4452],
+    [0.0651, 0.2502, 0.6682, 0.9472, 0.3757, 0.4933, 0.2408, 0.4908],
+    [0.0548, 0.1655, 0.6138, 0.9654, 0.3251, 0.5717, 0.1418, 0.3918],
+    [0.0381, 0.2803, 0.7202, 0.9491, 0.3362, 0.5166, 0.2248, 0.4748],
+    [0.0422, 0.1935, 0.694, 0.9549, 0.3871, 0.4704, 0.2413, 0.4913],
+    [0.0651, 0.1916, 0.623, 0.972, 0.3528, 0.5484, 0.2373, 0.4873],
+    [0.0508, 0.3743, 0.5863, 0.9448, 0.2974, 0.606, 0.1444, 0.3944],
+    [0.0498, 0.3753, 0.6875, 0.9319, 0.3758, 0.4984, 0.2268, 0.4768],
+    [0.0618, 0.1663, 0.5977, 0.9682, 0.3619, 0.5066, 0.2972, 0.5472],
+    [0.0656, 0.197, 0.5693, 0.9692, 0.3599, 0.5374, 0.2596, 0.5096],
+]
+LOG_ANCHORS = {1: -8.09, 2: -3.83, 3: -2.5, 4: -1.0}
+
+
+# ----------------------------------------------------------------------------------------- the equations (torch)
+
+def retention(w, s, t):
+    """R(t, S): the S-weighted mix of the two power curves (unclamped; the stability updates read this)."""
+    d1, d2, b1, b2, a1, a2, p1, p2 = (w[k] for k in range(27, 35))
+    x = t / s
+    r1 = (1 + (b1 ** (-1 / d1) - 1) * x) ** (-d1)
+    r2 = (1 + (b2 ** (-1 / d2) - 1) * x) ** (-d2)
+    wt1 = a1 * s ** (-p1)
+    wt2 = a2 * s ** p2
+    return (wt1 * r1 + wt2 * r2) / (wt1 + wt2)
+
+
+def init(w, g, t):
+    """(S, D) after a card's first review with grade g."""
+    s = w[(g.long() - 1).clamp(0, 3)].clamp(S_MIN, S_MAX)
+    d = (w[4] - torch.exp(w[5] * (g - 1)) + 1).clamp(1, 10)
+    return s, d
+
+
+def _block(w, b, s, d, r, g):
+    """One stability block (long-term b = 7, short-term b = 16): the stability after grade g."""
+    fail = w[b + 3] * d ** (-w[b + 4]) * ((s + 1) ** w[b + 5] - 1) * torch.exp((1 - r) * w[b + 6])
+    pls = torch.minimum(s, fail)
+    bonus = torch.where(g == 2, w[b + 7], 1.0) * torch.where(g == 4, w[b + 8], 1.0)
+    sinc = 1 + torch.exp(w[b] - 1.5) * (11 - d) * s ** (-w[b + 1]) * (torch.exp((1 - r) * w[b + 2]) - 1) * bonus
+    return torch.where(g > 1, torch.maximum(pls, s * sinc), pls)
+
+
+def step(w, state, t, g):
+    """(S, D) after a later review: elapsed t (days), grade g. Both blocks read the OLD D."""
+    s, d = state
+    r = retention(w, s, t)
+    c = 1 - w[26] * torch.exp(-w[25] * t)
+    ns = (c * _block(w, LONG, s, d, r, g) + (1 - c) * _block(w, SHORT, s, d, r, g)).clamp(S_MIN, S_MAX)
+    d04 = w[4] - torch.exp(3 * w[5]) + 1
+    nd = (0.01 * d04 + 0.99 * (d - w[6] * (g - 3) * (10 - d) / 9)).clamp(1, 10)
+    return ns, nd
+
+
+def curve(w, state, t):
+    """P(recall) after elapsed t from the state."""
+    return retention(w, state[0], t).clamp(P_MIN, P_MAX)
+
+
+def clip(w):
+    """The bounds that depend on other parameters, applied in upstream's order after the LOWER/UPPER box."""
+    w = w.clone()
+    for k in (1, 2, 3):
+        w[k] = w[k].clamp(float(w[k - 1]), INIT_S_MAX)
+    w[28] = w[28].clamp(float(w[27]), 0.95)
+    w[30] = w[30].clamp(float(w[29]), 0.99)
+    return w
+
+
+# ----------------------------------------------------------------------------------------- S0 search (numpy)
+
+def retention_np(t, s, cp):
+    """The forgetting curve of curve parameters cp = (d1, d2, b1, b2, a1, a2, p1, p2), numpy."""
+    d1, d2, b1, b2, a1, a2, p1, p2 = cp
+    x = t / s
+    r1 = (1 + (b1 ** (-1 / d1) - 1) * x) ** (-d1)
+    r2 = (1 + (b2 ** (-1 / d2) - 1) * x) ** (-d2)
+    wt1 = a1 * s ** (-p1)
+    wt2 = a2 * s ** p2
+    return (wt1 * r1 + wt2 * r2) / (wt1 + wt2)
+
+
+def bin_interval(t: np.ndarray) -> np.ndarray:
+    """Secs-mode grouping of first intervals: 10-minute bins below 2 h, 2-hour bins below a day, whole days above,
+    each at least its bin width."""
+    t = np.asarray(t, dtype=np.float64)
+    ten_min, two_h = 10 / 1440, 2 / 24
+    return np.where(t < two_h, np.maximum(np.floor(t / ten_min) * ten_min, ten_min),
+                    np.where(t < 1, np.maximum(np.floor(t / two_h) * two_h, two_h), np.maximum(np.floor(t), 1.0)))
+
+
+def first_review_groups(rows, secs: bool):
+    """{first rating: (interval, mean recall, count) arrays} over the first long-term reviews (i == 2)."""
+    first = rows.loc[rows["i"] == 2, ["first_rating", "delta_t", "y"]].copy()
+    first["first_rating"] = first["first_rating"].astype(int)
+    if secs:
+        first["delta_t"] = bin_interval(first["delta_t"].to_numpy())
+    agg = first.groupby(["first_rating", "delta_t"], sort=True)["y"].agg(["mean", "count"]).reset_index()
+    return {int(g): (part["delta_t"].to_numpy(np.float64), part["mean"].to_numpy(np.float64),
+                     part["count"].to_numpy(np.float64)) for g, part in agg.groupby("first_rating")}
+
+
+def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN) -> tuple[float, dict[int, float]]:
+    """For one candidate curve: the summed minimum loss over the ratings and each rating's S0 (order-repaired)."""
+    from scipy.optimize import minimize
+
+    total, stability, count = 0.0, {}, {}
+    for g in (1, 2, 3, 4):
+        if g not in groups:
+            continue
+        t, mean, n = groups[g]
+        recall = (mean * n + avg_recall) / (n + 1)
+        s_default = DEFAULT_W[g - 1]
+
+        def loss(s, t=t, recall=recall, n=n, s_default=s_default):
+            p = np.clip(retention_np(t, s, cp), P_MIN, P_MAX)
+            return float(np.sum(-(recall * np.log(p) + (1 - recall) * np.log(1 - p)) * n)
+                         + np.abs(s - s_default)[0] / 16)
+
+        res = minimize(loss, x0=s_default, bounds=((s_min, INIT_S_MAX),), options={"maxiter": int(n.sum())})
+        stability[g] = float(np.asarray(res.x).ravel()[0])
+        count[g] = float(n.sum())
+        total += float(res.fun)
+    return total, repair_order(stability, count)
+
+
+def fill_log_anchor(stability: dict[int, float]) -> list[float]:
+    """All four S0 from 2 or 3 known ones by log-anchor interpolation/extrapolation, rounded to 4 decimals,
+    clipped to [1e−4, 100] and made monotone (a known value wins against a filled one; else the two swap)."""
+    known = sorted(stability)
+    log_s = {g: math.log(stability[g]) for g in known}
+    a = LOG_ANCHORS
+
+    def between(g, lo, hi):
+        return log_s[lo] + (a[g] - a[lo]) / (a[hi] - a[lo]) * (log_s[hi] - log_s[lo])
+
+    def beside(g, near):
+        return log_s[near] + a[g] - a[near]
+
+    # each missing rating: interpolated between the nearest known ratings below and above, or extrapolated from the
+    # nearest rating on its side (Again from Hard, Hard from Good, Good from Hard, Easy from Good), in this order
+    plan = {(1,): [(1, "beside", 2)], (2,): [(2, "between", 1, 3)], (3,): [(3, "between", 2, 4)],
+            (4,): [(4, "beside", 3)],
+            (3, 4): [(3, "beside", 2), (4, "beside", 3)], (2, 4): [(2, "between", 1, 3), (4, "beside", 3)],
+            (2, 3): [(2, "between", 1, 4), (3, "between", 1, 4)], (1, 4): [(1, "beside", 2), (4, "beside", 3)],
+            (1, 3): [(3, "between", 2, 4), (1, "beside", 2)], (1, 2): [(2, "beside", 3), (1, "beside", 2)]}
+    missing = tuple(g for g in (1, 2, 3, 4) if g not in stability)
+    for g, how, *ref in plan[missing]:
+        log_s[g] = between(g, *ref) if how == "between" else beside(g, *ref)
+    out = {g: float(round(float(np.clip(math.exp(log_s[g]), 1e-4, 100)), 4)) for g in (1, 2, 3, 4)}
+    for lo, hi in ((1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)):
+        if out[lo] > out[hi]:
+            if lo in stability and hi not in stability:
+                out[hi] = out[lo]
+            elif hi in stability and lo not in stability:
+                out[lo] = out[hi]
+            else:
+                out[lo], out[hi] = out[hi], out[lo]
+    values = [out[g] for g in (1, 2, 3, 4)]
+    if values != sorted(values):
+        raise InadequateData(f"S0 interpolation not monotone: {values}")
+    return values
+
+
+def initial_weights(train: ReviewData, cfg=None) -> list[float]:
+    """DEFAULT_W with S0 (w0..w3) and the curve (w27..w34) from the candidate search (see the module docstring)."""
+    rows = train.rows
+    groups = first_review_groups(rows, bool(getattr(cfg, "secs_mode", False)))  # RunConfig.secs_mode (--secs)
+    avg_recall = float(rows["y"].mean())
+    best = None
+    for cp in CURVE_CANDIDATES:
+        total, stability = fit_s0(groups, avg_recall, cp)
+        if best is None or total < best[0]:  # ties: the earlier candidate (upstream's stable sort)
+            best = (total, cp, stability)
+    _, cp, stability = best
+    if not stability:
+        raise InadequateData("no first long-term reviews to initialise S0")
+    if len(stability) == 1:
+        (g,) = stability
+        s0 = [x * stability[g] / DEFAULT_W[g - 1] for x in DEFAULT_W[:4]]
+    elif len(stability) < 4:
+        s0 = fill_log_anchor(stability)
+    else:
+        s0 = [stability[g] for g in (1, 2, 3, 4)]
+    if not all(np.isfinite(s0)):
+        raise InadequateData("NaN/inf in the S0 fill")
+    w = list(DEFAULT_W)
+    w[:4] = [min(max(x, S_MIN), INIT_S_MAX) for x in s0]
+    w[27:] = list(cp)
+    return w
+
+
+# ----------------------------------------------------------------------------------------- the model
+
+def _engine():
+    """The card-major autograd engine (models/autograd_engine.py) for this module: one pass per card."""
+    import sys
+
+    from models.autograd_engine import AutogradEngine
+
+    return AutogradEngine(sys.modules[__name__])
+
+
+class FSRS7(Model):
+    """FSRS-7 and FSRS-7 recency (--recency); --default (0 parameters) and --S0 (S0 + curve search, 12) too."""
+
+    name = NAME
+    accepts_secs = True  # the general --secs feature pipeline: fractional intervals, same-day targets
+    # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's
+    # `--short --secs --equalize_test_with_non_secs` (--short through config.ALWAYS_SHORT)
+    builtin_flags = ("secs", "equalize_test_with_non_secs")
+
+    def __init__(self, cfg=None):
+        if cfg is None:
+            from config import RunConfig
+
+            cfg = RunConfig(algo=NAME)
+        self.cfg = cfg
+        self.w = list(DEFAULT_W)
+        self.n_params = 0 if cfg.default else (12 if cfg.S0 else len(DEFAULT_W))
+
+    def fit(self, train: ReviewData) -> "FSRS7":
+        if self.cfg.default:
+            return self
+        if len(train) == 0:
+            raise InadequateData("no training rows")
+        w_init = initial_weights(train, self.cfg)
+        if self.cfg.S0:
+            self.w = w_init
+            return self
+        w = _engine().fit(w_init, train, self.cfg, RECIPE, w_init=w_init, sigma=SIGMA)
+        self.w = [float(x) for x in w]
+        return self
+
+    def predict(self, test: ReviewData) -> np.ndarray:
+        return _engine().predict(self.w, test)
+
+    def parameters(self) -> list[float]:
+        return [round(float(x), 6) for x in self.w]

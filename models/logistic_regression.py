@@ -1,0 +1,200 @@
+"""Logistic Regression (34 coefficients): spec models.md §9; SB models/logistic_regression.py@07166732 and
+features/logistic_regression_engineer.py.
+
+Published run: `--algo LogisticRegression --short --secs --recency --equalize_test_with_non_secs` (upstream file
+name `LogisticRegression-short-secs-recency-equalize_test_with_non_secs`, README label "Logistic Regression",
+inputs "IL, FIL, G, SR"). Here those flags are the row's defaults (`builtin_flags`, as the LSTM's): `other.py --model
+LogisticRegression` writes result/LogisticRegression.jsonl from the general secs pipeline (features.py with
+`secs`, split.equalized_folds), so its test reviews are the day-mode table's.
+
+p = σ(x · c) with c = mean + std·θ (fixed mean/std vectors below, θ trained from 0). The 34 inputs of a target row
+are computed over the user's target rows of its card, in time order, exactly as upstream's engineer does after its
+post-processing (so "previous" means the card's previous TARGET row; a card's first target stands for its first
+review): with r = rating of the review just before the target, e_prev = that review's interval (fractional days;
+0 for the card's first target), same_day = [whole-day interval of that review = 0] (1 for the first target),
+label = the target's own interval (fractional days) and label_sd = [its whole-day interval = 0], and running
+per-card sums (the current row included) of same-day / long-term passes and fails (first target excluded), passes,
+same-day and long-term counts, the cumulative time T (sum of e_prev) and the time since the first review or the
+last lapse (T minus its value at the latest row whose r was Again, or the first row):
+- 10 "degree-1" features, each times g(label) with g(x) = (ln(x + 1e−5) + 1.3)/5: 1, one-hot r ∈ {2, 3, 4},
+  [r = 2]·first, [r > 2]·first, log1p(same-day fails), log1p(long-term passes·(1 − label_sd)),
+  log1p(long-term fails·(1 − label_sd)), log1p(same-day passes);
+- 24 "degree-0" features: 1, one-hot r, one-hot first rating, one-hot first rating·first, log1p(same-day fails),
+  log1p(long-term passes·(1 − label_sd)), g(e_prev), log1p(long-term fails), log1p(long-term passes),
+  log1p(same-day passes·label_sd), [any pass], g(time since first review or lapse), label_sd, g(T), and
+  [first rating > 1]·log1p of same-day fails, long-term fails, same-day count, long-term count.
+(One-hots are of ratings 2–4, all zero for Again; the "first rating" is r of the card's first target row.)
+
+Training per fold (upstream's `optimize`): row weights 0.1 + 0.9·x⁴ with x = linspace(0, 1, N) over the fold's
+training rows in time order (always on: its published --recency); AdamW on θ, lr 0.2, betas (0, 0.85), eps 1e−8,
+weight decay 0.3; 10 epochs of shuffled batches of 2048, loss Σ weight·BCE-with-logits per batch; cosine annealing
+of the lr to 0 over all steps; the final θ. Here in float64 with a shuffle generator seeded 42 per fit (upstream:
+float32, torch's global generator), so per-user numbers match upstream's to training noise, not to the digit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from models.base import Model, ReviewData
+
+MEAN = [-0.9012, -0.6941, -0.6258, -0.4678, 0.3926, 0.1316, 0.3508, -0.3259, -0.2125, -0.1402, 1.2775, 0.0669,
+        0.3914, 0.5828, 0.9292, 1.1583, 1.4103, 0.9388, 0.9164, 0.9797, -0.6411, 0.4951, 0.1038, -0.1564, 0.4332,
+        0.3287, 0.3429, 0.4068, -0.1779, -0.0585, -0.1062, -0.3521, -0.1613, -0.1758]
+STD = [0.2869, 0.2811, 0.2910, 0.2166, 0.1740, 0.1612, 0.1428, 0.1352, 0.1284, 0.0331, 0.4013, 0.2065, 0.2022,
+       0.1670, 0.2454, 0.2954, 0.2896, 0.3473, 0.5685, 0.2795, 0.1298, 0.0467, 0.1200, 0.1317, 0.0785, 0.1190,
+       0.0854, 0.1634, 0.1892, 0.1052, 0.0750, 0.1913, 0.1372, 0.0783]
+N_FEATURES = 34
+RECIPE = dict(lr=0.2, betas=(0.0, 0.85), eps=1e-8, weight_decay=0.3, n_epoch=10, batch_size=2048, seed=42)
+COLUMNS = [f"lr_x{k}" for k in range(N_FEATURES)]
+
+
+def g(x: np.ndarray) -> np.ndarray:
+    """Upstream's interval transform: (ln(x + 1e−5) + 1.3)/5, x in (fractional) days."""
+    return (np.log(x + 1e-5) + 1.3) / 5
+
+
+def _starts(keys: np.ndarray) -> np.ndarray:
+    s = np.ones(len(keys), dtype=bool)
+    s[1:] = keys[1:] != keys[:-1]
+    return s
+
+
+def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Inclusive running sum restarting at each group start, summed within the group (pandas' grouped cumsum, so
+    fractional times carry no rounding from a user-wide running total)."""
+    return pd.Series(v, dtype=np.float64).groupby(np.cumsum(starts)).cumsum().to_numpy()
+
+
+def features(data: ReviewData) -> np.ndarray:
+    """The [n_rows, 34] inputs of every target row of a user (rows as features.py builds them with --secs)."""
+    rows = data.rows
+    n = len(rows)
+    # card-major order, time order within a card (rows are in time order)
+    order = np.argsort(rows["card_id"].to_numpy(), kind="stable")
+    card = rows["card_id"].to_numpy()[order]
+    start = _starts(card)
+    idx = np.arange(n)
+    first_of = np.maximum.accumulate(np.where(start, idx, 0))
+    label_real = rows["delta_t"].to_numpy(np.float64)[order]
+    label_int = np.maximum(rows["elapsed_days"].to_numpy(np.int64)[order], 0)
+    prev = rows["seq_start"].to_numpy(np.int64)[order] + rows["seq_pos"].to_numpy(np.int64)[order] - 1
+    r = np.asarray(data.seq_rating, dtype=np.int64)[prev]  # rating of the review before the target
+    prev_real = np.where(start, 0.0, np.concatenate(([0.0], label_real[:-1])))
+    prev_int = np.where(start, 0, np.concatenate(([0], label_int[:-1])))
+
+    same_day = (prev_int == 0).astype(np.float64)
+    success = (r > 1).astype(np.float64)
+    fail = 1.0 - success
+    is_first = start.astype(np.float64)
+    not_first = 1.0 - is_first
+    label_sd = (label_int == 0).astype(np.float64)
+    onehot = np.stack([(r == k).astype(np.float64) for k in (2, 3, 4)], axis=1)
+    first_r = r[first_of]
+    first_onehot = np.stack([(first_r == k).astype(np.float64) for k in (2, 3, 4)], axis=1)
+    first_gt1 = (first_r > 1).astype(np.float64)
+
+    def csum(v):
+        return _group_cumsum(v, start)
+
+    sd_fail = csum(same_day * not_first * fail)
+    nsd_fail = csum((1 - same_day) * not_first * fail)
+    sd_pass = csum(same_day * not_first * success)
+    nsd_pass = csum((1 - same_day) * not_first * success)
+    n_pass = csum(success)
+    n_sd = csum(same_day)
+    n_nsd = csum(1 - same_day)
+    times = csum(prev_real)
+    # time since the first review or the last lapse: `times` is non-decreasing within a card, so its running
+    # maximum over the masked rows is its value at the latest masked row (a card's first row is always masked)
+    masked = start | (success == 0)
+    last_masked = np.maximum.accumulate(np.where(masked, idx, -1))
+    since = times - times[last_masked]
+
+    ones = np.ones(n)
+    deg1 = np.stack([ones, onehot[:, 0], onehot[:, 1], onehot[:, 2], (r == 2) * is_first, (r > 2) * is_first,
+                     np.log1p(sd_fail), np.log1p(nsd_pass * (1 - label_sd)), np.log1p(nsd_fail * (1 - label_sd)),
+                     np.log1p(sd_pass)], axis=1)
+    deg0 = np.stack([ones, onehot[:, 0], onehot[:, 1], onehot[:, 2],
+                     first_onehot[:, 0], first_onehot[:, 1], first_onehot[:, 2],
+                     first_onehot[:, 0] * is_first, first_onehot[:, 1] * is_first, first_onehot[:, 2] * is_first,
+                     np.log1p(sd_fail), np.log1p(nsd_pass * (1 - label_sd)), g(prev_real), np.log1p(nsd_fail),
+                     np.log1p(nsd_pass), np.log1p(sd_pass * label_sd), (n_pass > 0).astype(np.float64), g(since),
+                     label_sd, g(times), first_gt1 * np.log1p(sd_fail), first_gt1 * np.log1p(nsd_fail),
+                     first_gt1 * np.log1p(n_sd), first_gt1 * np.log1p(n_nsd)], axis=1)
+    x = np.concatenate([deg1 * g(label_real)[:, None], deg0], axis=1)
+    out = np.empty_like(x)
+    out[order] = x
+    return out
+
+
+def recency(n: int) -> np.ndarray:
+    """Row weights 0.1 + 0.9·x⁴, x = linspace(0, 1, n) over the training rows in time order."""
+    return 0.1 + 0.9 * np.linspace(0, 1, n) ** 4
+
+
+class LogisticRegression(Model):
+    name = "LogisticRegression"
+    accepts_secs = True  # the general --secs pipeline (features.py)
+    builtin_flags = ("short", "secs", "recency", "equalize_test_with_non_secs")  # its published mode, always on
+
+    def __init__(self, cfg=None):
+        self.cfg = cfg
+        self.n_params = 0 if cfg is not None and cfg.default else N_FEATURES
+        self.theta = np.zeros(N_FEATURES)
+
+    @classmethod
+    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int) -> ReviewData:
+        """Runner hook (once per user, before the split): the 34 inputs of every row, over the whole user as
+        upstream computes them (a row's inputs read the card's earlier rows, which a test fold does not hold)."""
+        x = pd.DataFrame(features(data), columns=COLUMNS, index=data.rows.index)
+        return ReviewData(pd.concat([data.rows, x], axis=1), data.seq_delta_t, data.seq_rating)
+
+    @staticmethod
+    def inputs(data: ReviewData) -> np.ndarray:
+        if COLUMNS[0] not in data.rows:
+            return features(data)
+        return data.rows[COLUMNS].to_numpy(np.float64, copy=True)
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        return np.asarray(MEAN) + np.asarray(STD) * self.theta
+
+    def fit(self, train: ReviewData) -> "LogisticRegression":
+        if self.cfg is not None and self.cfg.default:
+            return self
+        import torch
+
+        x = torch.tensor(self.inputs(train), dtype=torch.float64)
+        y = torch.as_tensor(train.rows["y"].to_numpy(np.float64))
+        weight = torch.as_tensor(recency(len(train)))
+        mean = torch.tensor(MEAN, dtype=torch.float64)
+        std = torch.tensor(STD, dtype=torch.float64)
+        theta = torch.zeros(N_FEATURES, dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.AdamW([theta], lr=RECIPE["lr"], betas=RECIPE["betas"], eps=RECIPE["eps"],
+                                weight_decay=RECIPE["weight_decay"])
+        n, bs = len(y), RECIPE["batch_size"]
+        total = RECIPE["n_epoch"] * ((n + bs - 1) // bs)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(total, 1), eta_min=0)
+        gen = torch.Generator().manual_seed(RECIPE["seed"])
+        for _ in range(RECIPE["n_epoch"]):
+            perm = torch.randperm(n, generator=gen)
+            for lo in range(0, n, bs):
+                b = perm[lo:lo + bs]
+                logits = x[b] @ (theta * std + mean)
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y[b], reduction="none")
+                opt.zero_grad()
+                (loss * weight[b]).sum().backward()
+                opt.step()
+                sched.step()
+        self.theta = theta.detach().numpy().copy()
+        return self
+
+    def predict(self, test: ReviewData) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(self.inputs(test) @ self.coefficients)))
+
+    def parameters(self) -> list[float]:
+        return [round(float(c), 6) for c in self.coefficients]

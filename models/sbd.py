@@ -1,0 +1,97 @@
+"""SBD, Stability–Brittleness–Difficulty (7 parameters; spec models.md §9): a memory model by andersschill
+(memory-model-benchmark-for-spaced-repetition), as upstream srs-benchmark runs it (models/sbd.py@28e255f4).
+Written to the own-model contract (models/own_model.py): torch init / step / curve, trained by the card-major
+autograd engine; registered as "SBD" in models/__init__.py.
+
+Parameters w = [L, H, k, α, c, v, log δ]. State after a review: (log S, g, n) — log stability, the review's grade
+index g = rating − 1, and a "brittleness" count n of Hard/Again answers (Hard adds ½, Again 1, capped at 50).
+    ρ       = e^((H' − L')/3) with L' = clamp(L), H' = clamp(max(L, H)) in [ln 0.001, ln 36500]
+    first review, rating r:  log S0 = L' + (H' − L')·(r − 1)/3,  g0 = r − 1,  n0 = max(0, (3 − r)/2)
+    β(n)    = e^(α + max(c, 0)·ln(δ + n)),  δ = e^(log δ)                 (the curve's shape grows with n)
+    a(t)    = t^(1/k) + e^(v/k)·ρ^(−g/2)·√S,  k clamped to [0.5, 20]
+    R(t)    = (1 + a(t)/S)^(−β(n)),  clamped to [1e-6, 1 − 1e-6]           (computed in logs: softplus, logaddexp)
+    pass (r ≥ 2):  S' = S·R^(−1/β(n))   (= S + a(t) before the clamps)
+    fail (r = 1):  S' = S·(1 − R)^max(c, 0)
+    n' = min(50, n + max(0, (3 − r)/2)),  g' = r − 1,  log S' clamped to [ln 0.001, ln 36500]
+Upstream's guards are kept where they change values: logs of x clamp x at 1e-9, exps clamp their argument to
+[−30, 30], a NaN log S' becomes 0 and a NaN prediction 0.5.
+
+Training (upstream's, not the Adam Trainer): full-batch L-BFGS (lr 1, strong-Wolfe line search, at most 200
+iterations, history 20, tolerances 1e-7 / 1e-9) from the defaults, minimising Σ weight·BCE / Σ weight over the
+training rows with history <= 64, plus λ·Σ((w − w_default)/σ)² with λ = 1e-3·2000 / N_targets; if the fit ends
+with a higher objective than it started (or a non-finite one), the defaults are kept. Predictions use the weights
+rounded to 4 decimals (upstream's benchmark_state, as for the FSRS models). Upstream float32, here float64.
+
+Recency: the original always weights rows by recency, and upstream's published run passes --recency. Upstream's
+script gives --recency its FSRS-7 formula (0.0667 + 0.9333·(i/N)^11.25) only for FSRS-7; every other model,
+SBD included, gets 0.25 + 0.75·x³ (x = linspace(0, 1, N)), which is what runs here. --recency is this row's
+built-in mode (config.ALWAYS_RECENCY): the result file is SBD-recency, upstream's name for the published run, and
+the README shows it as "SBD" (evaluate.DISPLAY_NAMES).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+NAME = "SBD"
+DEFAULT_W = [-2.803101, 1.386926, 1.739235, -1.819954, 0.529839, -0.886052, -1.393709]
+SIGMA = [1.754, 1.2339, 0.5003, 0.546, 0.0989, 1.1685, 0.7778]  # L2 prior widths (upstream's L2_SIGMA)
+ROUND = 4
+RECIPE = dict(optimizer="lbfgs", lr=1.0, max_iter=200, history_size=20, tolerance_grad=1e-7, tolerance_change=1e-9,
+              prior_weight=lambda n_targets: 1e-3 * 2000 / n_targets, revert_if_worse=True, recency=True)
+
+LOG_S_MIN, LOG_S_MAX = math.log(0.001), math.log(36500.0)
+K_MIN, K_MAX = 0.5, 20.0
+R_MIN, R_MAX = 1e-6, 1 - 1e-6
+
+
+def _log(x):
+    return torch.log(x.clamp(min=1e-9))
+
+
+def _exp(x):
+    return torch.exp(x.clamp(-30.0, 30.0))
+
+
+def _ends(w):
+    """(L', H'): the log stabilities of an Again and an Easy first review (H' >= L')."""
+    ends = torch.cummax(w[0:2], dim=0)[0].clamp(LOG_S_MIN, LOG_S_MAX)
+    return ends[0], ends[1]
+
+
+def _beta(w, n):
+    return _exp(w[3] + w[4].clamp(min=0.0) * torch.log(_exp(w[6]) + n))
+
+
+def _recall(w, t, log_s, gi, n):
+    low, high = _ends(w)
+    k = w[2].clamp(K_MIN, K_MAX)
+    log_age = _log(t.clamp(min=0.0)) / k  # ln t^(1/k)
+    log_b = 2 * w[5] / k - gi * (high - low) / 3  # ln(e^(2v/k)·ρ^(−g)), so that ½(log_b + log S) = ln(e^(v/k)ρ^(−g/2)√S)
+    log_a = torch.logaddexp(log_age, 0.5 * (log_b + log_s))
+    return _exp(-_beta(w, n) * F.softplus(log_a - log_s)).clamp(R_MIN, R_MAX)  # (1 + a/S)^(−β)
+
+
+def init(w, g, t):
+    r = g.to(w.dtype).clamp(1.0, 4.0)
+    low, high = _ends(w)
+    return low + (high - low) * (r - 1) / 3, r - 1, ((3.0 - r) / 2.0).clamp(min=0.0)
+
+
+def step(w, state, t, g):
+    log_s, gi, n = state
+    r = g.to(w.dtype).clamp(1.0, 4.0)
+    recall = _recall(w, t.clamp(min=0.0), log_s, gi, n)
+    s = _exp(log_s)
+    s_pass = s * _exp(-_log(recall) / _beta(w, n))
+    s_fail = s * _exp(w[4].clamp(min=0.0) * _log(1.0 - recall))
+    s_new = torch.where(r > 1.5, s_pass, s_fail)
+    log_s_new = torch.nan_to_num(_log(s_new), nan=0.0).clamp(LOG_S_MIN, LOG_S_MAX)
+    n_new = (n + ((3.0 - r) / 2.0).clamp(min=0.0)).clamp(0.0, 50.0)
+    return log_s_new, r - 1, n_new
+
+
+def curve(w, state, t):
+    log_s, gi, n = state
+    return torch.nan_to_num(_recall(w, t, log_s, gi, n), nan=0.5).clamp(R_MIN, R_MAX)
