@@ -204,10 +204,19 @@ def first_review_groups(rows, secs: bool):
                      part["count"].to_numpy(np.float64)) for g, part in agg.groupby("first_rating")}
 
 
-def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN) -> tuple[float, dict[int, float]]:
-    """For one candidate curve: the summed minimum loss over the ratings and each rating's S0 (order-repaired)."""
-    from scipy.optimize import minimize
+def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN, reference: bool = False) -> tuple[float, dict]:
+    """For one candidate curve: the summed minimum loss over the ratings and each rating's S0 (order-repaired).
+    Each rating is upstream's `minimize(loss, x0=S_default, bounds=[(s_min, 100)], maxiter=Σ count)` (L-BFGS-B,
+    finite differences), run by models/fsrs_init.fit_one_rating: scipy's routine driven directly, the same S0 bit
+    for bit at a fraction of minimize's overhead (64 fits per fold here); `reference=True` calls minimize itself."""
+    from models.fsrs_init import fit_one_rating, fit_one_rating_scipy
 
+    assert INIT_S_MAX == 100.0  # fsrs_init's upper bound
+
+    def curve(t, s):
+        return np.clip(retention_np(t, s, cp), P_MIN, P_MAX)
+
+    solve = fit_one_rating_scipy if reference else fit_one_rating
     total, stability, count = 0.0, {}, {}
     for g in (1, 2, 3, 4):
         if g not in groups:
@@ -215,16 +224,9 @@ def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN) -> tuple[float, 
         t, mean, n = groups[g]
         recall = (mean * n + avg_recall) / (n + 1)
         s_default = DEFAULT_W[g - 1]
-
-        def loss(s, t=t, recall=recall, n=n, s_default=s_default):
-            p = np.clip(retention_np(t, s, cp), P_MIN, P_MAX)
-            return float(np.sum(-(recall * np.log(p) + (1 - recall) * np.log(1 - p)) * n)
-                         + np.abs(s - s_default)[0] / 16)
-
-        res = minimize(loss, x0=s_default, bounds=((s_min, INIT_S_MAX),), options={"maxiter": int(n.sum())})
-        stability[g] = float(np.asarray(res.x).ravel()[0])
+        stability[g], fun = solve(t, recall, n, curve, s_default, s_min, with_loss=True)
         count[g] = float(n.sum())
-        total += float(res.fun)
+        total += fun
     return total, repair_order(stability, count)
 
 

@@ -63,14 +63,15 @@ def _loss(delta_t, recall, count, curve: Curve, s_default: float, l1: bool):
 
 
 def fit_one_rating_scipy(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
-                         s_min: float, l1: bool = True) -> float:
+                         s_min: float, l1: bool = True, with_loss: bool = False):
     """argmin over S in [s_min, 100] of Σ count·BCE(recall, R(delta_t, S)) + |S − s_default|/16 (L-BFGS-B from the
     default, at most Σ count iterations, finite-difference gradient): upstream's call itself, the reference."""
     from scipy.optimize import minimize
 
     res = minimize(_loss(delta_t, recall, count, curve, s_default, l1), x0=s_default, bounds=((s_min, S0_MAX),),
                    options={"maxiter": int(np.sum(count))})
-    return float(np.asarray(res.x).ravel()[0])
+    x = float(np.asarray(res.x).ravel()[0])
+    return (x, float(res.fun)) if with_loss else x
 
 
 _LBFGSB = []
@@ -106,10 +107,12 @@ def _lbfgsb_module():
 
 
 def fit_one_rating(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
-                   s_min: float, l1: bool = True) -> float:
+                   s_min: float, l1: bool = True, with_loss: bool = False):
     """fit_one_rating_scipy without minimize's overhead: its L-BFGS-B routine driven as minimize drives it (same
     m, tolerances, maxls, maxiter = Σ count counted on new iterates), its gradient rebuilt as approx_derivative's
-    '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds), on the same loss."""
+    '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds), on the same loss.
+    with_loss: (S, minimize's `fun`), the loss of the last evaluation, which is not the loss at S when the line
+    search fails (x is restored, fun is not), as minimize reports it (FSRS-7 ranks its curve candidates by it)."""
     _lbfgsb = _lbfgsb_module()
     loss = _loss(delta_t, recall, count, curve, s_default, l1)
     lo, hi = float(s_min), S0_MAX
@@ -150,7 +153,7 @@ def fit_one_rating(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, c
                 task[0], task[1] = 5, 504
         else:
             break
-    return float(x[0])
+    return (float(x[0]), float(f)) if with_loss else float(x[0])
 
 
 def _numpy_groups(rows: pd.DataFrame):

@@ -250,3 +250,15 @@ def test_runs_on_embedded_data(tmp_path):
     assert summary.done == 1 and not summary.failed
     lines, _ = read_results(tmp_path / "FSRS-7-recency.jsonl")
     assert 0 < lines[0]["metrics"]["LogLoss"] < 1 and len(lines[0]["parameters"]["0"]) == 35
+
+
+def test_s0_fit_equals_upstreams_minimize_call(user8_short):
+    """The candidate search's per-rating fits (scipy's L-BFGS-B driven directly, models/fsrs_init.fit_one_rating)
+    give exactly what upstream's `minimize` call gives, S0 and the loss that ranks the candidates, on the first
+    fold's training rows of a real user, every candidate, day and secs grouping."""
+    train = user8_short.subset(np.arange(len(user8_short) // 6))
+    avg = float(train.rows["y"].mean())
+    for secs in (False, True):
+        groups = fsrs7.first_review_groups(train.rows, secs)
+        for cp in fsrs7.CURVE_CANDIDATES:
+            assert fsrs7.fit_s0(groups, avg, cp) == fsrs7.fit_s0(groups, avg, cp, reference=True)
