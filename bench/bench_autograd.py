@@ -40,28 +40,6 @@ sys.path.insert(0, str(ROOT))
 MODELS = ["FSRS-5", "FSRS-6", "HLR", "SBD"]
 
 
-class FSRS6Functions:
-    """FSRS-6's torch recurrence in the own-model contract's spelling (init / step / curve)."""
-
-    @staticmethod
-    def init(w, g, t):
-        from models.fsrs6 import first_state
-
-        return first_state(w, g)
-
-    @staticmethod
-    def step(w, state, t, g):
-        from models.fsrs6 import next_state
-
-        return next_state(w, t, g, *state)
-
-    @staticmethod
-    def curve(w, state, t):
-        from models.fsrs6 import forgetting_curve
-
-        return forgetting_curve(t, state[0], w[20])
-
-
 def held_out_loss(p: np.ndarray, y: np.ndarray) -> float:
     p = np.clip(p, 1e-7, 1 - 1e-7)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
@@ -84,7 +62,7 @@ def trainers(name: str, train, test):
             decay = DEFAULT_W[20]
             s0 = initialize_s0(train.rows, lambda t, s: forgetting_curve(t, s, decay), DEFAULT_W[:4], S_MIN)
             w_init = list(s0) + DEFAULT_W[4:]
-            engine = AutogradEngine(FSRS6Functions, CLIP_LO, CLIP_HI)
+            engine = AutogradEngine(fsrs6.TorchSteps, CLIP_LO, CLIP_HI)
             w = engine.fit(w_init, train, RunConfig(algo="FSRS-6"), w_init=w_init, sigma=SIGMA)
             return lambda: fsrs6.predict(w, test)
 

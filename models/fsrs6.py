@@ -113,6 +113,24 @@ def stability_sequence(w: Tensor, t: Tensor, g: Tensor) -> Tensor:
     return torch.stack(out)
 
 
+class TorchSteps:
+    """FSRS-6's torch recurrence in the own-model contract's spelling (init / step / curve, models/own_model.py),
+    so that the autograd engine runs it: `AutogradEngine(TorchSteps, CLIP_LO, CLIP_HI)`. A namespace of its own
+    rather than this module, whose numpy `clip` is not the contract's optional torch `clip` hook."""
+
+    @staticmethod
+    def init(w, g, t):
+        return first_state(w, g)
+
+    @staticmethod
+    def step(w, state, t, g):
+        return next_state(w, t, g, *state)
+
+    @staticmethod
+    def curve(w, state, t):
+        return forgetting_curve(t, state[0], w[20])
+
+
 class FSRS6Net(training.TrainableModule):
     """The 21 weights as one trainable tensor, plus the prior centre used by the penalty."""
 

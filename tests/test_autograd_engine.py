@@ -180,34 +180,11 @@ def test_cuda_predictions_equal_the_cpu_ones():
 
 # ----------------------------------------------------------------------------------------------- FSRS-6
 
-class _FSRS6Functions:
-    """FSRS-6's torch recurrence (models/fsrs6.py: first_state / next_state / forgetting_curve) in the contract's
-    spelling; its compiled twin is the engine plug-in models/fsrs6_kernels.py (hand-written VJPs, same batching)."""
-
-    @staticmethod
-    def init(w, g, t):
-        from models.fsrs6 import first_state
-
-        return first_state(w, g)
-
-    @staticmethod
-    def step(w, state, t, g):
-        from models.fsrs6 import next_state
-
-        return next_state(w, t, g, *state)
-
-    @staticmethod
-    def curve(w, state, t):
-        from models.fsrs6 import forgetting_curve
-
-        return forgetting_curve(t, state[0], w[20])
-
-
 def test_fsrs6_torch_functions_equal_its_compiled_plug_in():
     from models import fsrs6
     from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, SIGMA
 
-    auto = AutogradEngine(_FSRS6Functions, CLIP_LO, CLIP_HI)
+    auto = AutogradEngine(fsrs6.TorchSteps, CLIP_LO, CLIP_HI)
     data = check_features(8, True)
     rng = np.random.default_rng(3)
     weights = rng.uniform(0.5, 1.5, len(data))
