@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from models.base import ReviewData, recency_weights
-from models.seq_engine import LR, SEED, Cards
+from models.seq_engine import LR, SEED, Cards, fit_prior, training_cards
 
 
 def upstream_recency(n: int) -> np.ndarray:
@@ -364,19 +364,11 @@ class AutogradEngine:
         batch_size = int(recipe.batch_size if recipe.batch_size is not None else getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
         w0 = self.clip(self._w(w0))
-        n_w = len(w0)
-        if sigma is None:
-            inv_var, w_init = np.zeros(n_w), w0.copy()
-        else:
-            inv_var, w_init = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2, self._w(w_init)
-        mask = np.ones(n_w) if grad_mask is None else np.asarray(grad_mask, dtype=np.float64)
+        inv_var, w_init, mask = fit_prior(w0, None if sigma is None else self._w(w_init), sigma, grad_mask)
         use_recency = recipe.recency if recipe.recency is not None else bool(getattr(cfg, "recency", False))
         # upstream sets recency weights on the whole training frame, before any row is dropped
         weights = np.asarray(recipe.recency_fn(len(train)), dtype=np.float64) if use_recency else None
-        use = train.rows["seq_pos"].to_numpy() <= max_seq_len
-        if keep is not None:
-            use &= np.asarray(keep, dtype=bool)
-        cards = Cards(train, weights, use)
+        cards = training_cards(train, weights, max_seq_len, keep)
         if len(cards.c_start) == 0 or (n_epoch <= 0 and recipe.optimizer != "lbfgs"):
             return w0
         if recipe.optimizer == "lbfgs":

@@ -157,6 +157,26 @@ class Cards:
         return (self.seq_dt, self.seq_g, self.c_start, self.c_n, self.c_tb, self.c_te, self.t_pos, self.t_dt)
 
 
+def fit_prior(w0: np.ndarray, w_init, sigma, grad_mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(1/σ², centre, gradient mask) of a fit's L2 prior Σ((w − centre)/σ)²: none when sigma is None (1/σ² = 0,
+    centre w0); the mask zeros the gradient of frozen parameters (all ones when grad_mask is None)."""
+    if sigma is None:
+        inv_var, centre = np.zeros(len(w0)), w0.copy()
+    else:
+        inv_var, centre = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2, w_init
+    mask = np.ones(len(w0)) if grad_mask is None else np.asarray(grad_mask, dtype=np.float64)
+    return inv_var, centre, mask
+
+
+def training_cards(train: ReviewData, weights, max_seq_len: int, keep: np.ndarray | None) -> "Cards":
+    """The training targets grouped by card: rows with a history of at most max_seq_len (upstream's BatchDataset
+    drops longer ones), restricted to `keep` when given, with their loss weights."""
+    use = train.rows["seq_pos"].to_numpy() <= max_seq_len
+    if keep is not None:
+        use &= np.asarray(keep, dtype=bool)
+    return Cards(train, weights, use)
+
+
 class SeqEngine:
     """Prediction, loss/gradient and training of one model on `ReviewData`, through its compiled kernels."""
 
@@ -219,18 +239,10 @@ class SeqEngine:
         batch_size = int(getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
         w0 = self.clip(self._w(w0))
-        n_w = len(w0)
-        if sigma is None:
-            inv_var, w_init = np.zeros(n_w), w0.copy()
-        else:
-            inv_var, w_init = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2, self._w(w_init)
-        mask = np.ones(n_w) if grad_mask is None else np.asarray(grad_mask, dtype=np.float64)
+        inv_var, w_init, mask = fit_prior(w0, None if sigma is None else self._w(w_init), sigma, grad_mask)
         # upstream sets recency weights on the whole training frame, before any row is dropped
         weights = recency_weights(len(train)) if getattr(cfg, "recency", False) else None
-        use = train.rows["seq_pos"].to_numpy() <= max_seq_len
-        if keep is not None:
-            use &= np.asarray(keep, dtype=bool)
-        cards = Cards(train, weights, use)
+        cards = training_cards(train, weights, max_seq_len, keep)
         n_cards = len(cards.c_start)
         if n_cards == 0 or n_epoch <= 0:
             return w0
