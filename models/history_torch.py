@@ -42,18 +42,23 @@ def torch_act_r_p(w, t, lengths, delta_t):
     return 1 / (1 + torch.exp((w[3] - m_now) / w[2]))
 
 
-class ACTRNet(training.TrainableModule):
+class ClippedWeights(training.TrainableModule):
+    """A model whose parameters are one tensor `w`, clamped into [lower, upper] after every step (ACT-R,
+    DASH[ACT-R]); subclasses give forward_batch."""
+
     def __init__(self, w, lower, upper, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
         self.register_buffer("lo", torch.tensor(np.asarray(lower, dtype=np.float64), dtype=dtype))
         self.register_buffer("hi", torch.tensor(np.asarray(upper, dtype=np.float64), dtype=dtype))
 
-    def forward_batch(self, batch: training.Batch):
-        return torch_act_r_p(self.w, batch.t, batch.lengths, batch.delta_t)
-
     def clip_(self) -> None:
         self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
+
+
+class ACTRNet(ClippedWeights):
+    def forward_batch(self, batch: training.Batch):
+        return torch_act_r_p(self.w, batch.t, batch.lengths, batch.delta_t)
 
 
 # ------------------------------------------------------------------------------------------ DASH family
@@ -113,18 +118,9 @@ class DASHNet(training.TrainableModule):
         return torch_dash_p(self.w, x)
 
 
-class DASHACTRNet(training.TrainableModule):
-    def __init__(self, w, lower, upper, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor(np.asarray(w, dtype=np.float64), dtype=dtype))
-        self.register_buffer("lo", torch.tensor(np.asarray(lower, dtype=np.float64), dtype=dtype))
-        self.register_buffer("hi", torch.tensor(np.asarray(upper, dtype=np.float64), dtype=dtype))
-
+class DASHACTRNet(ClippedWeights):
     def forward_batch(self, batch: training.Batch):
         return torch_dash_actr_p(self.w, batch.t, batch.g, batch.lengths, batch.delta_t)
-
-    def clip_(self) -> None:
-        self.w.data.copy_(torch.clamp(self.w.data, self.lo, self.hi))
 
 
 def history_features(data: ReviewData, decay: bool, chunk: int = 8192) -> np.ndarray:
