@@ -53,12 +53,12 @@ import numpy as np
 import torch
 
 from models.base import InadequateData, Model, ReviewData
-from models.fsrs_init import repair_order
+from models.fsrs_init import S0_MAX, fit_one_rating, fit_one_rating_scipy, repair_order
 
 NAME = "FSRS-7"
 S_MIN = 1e-4
 S_MAX = 36500.0
-INIT_S_MAX = 100.0
+INIT_S_MAX = S0_MAX  # 100: upstream's S0 bound, the S0 fit's (models/fsrs_init.py) too
 P_MIN, P_MAX = 1e-4, 0.9999
 LONG, SHORT = 7, 16  # first index of each stability block
 
@@ -120,7 +120,13 @@ LOG_ANCHORS = {1: -8.09, 2: -3.83, 3: -2.5, 4: -1.0}
 
 def retention(w, s, t):
     """R(t, S): the S-weighted mix of the two power curves (unclamped; the stability updates read this)."""
-    d1, d2, b1, b2, a1, a2, p1, p2 = (w[k] for k in range(27, 35))
+    return mixed_curve(t, s, [w[k] for k in range(27, 35)])
+
+
+def mixed_curve(t, s, cp):
+    """The forgetting curve of curve parameters cp = (d1, d2, b1, b2, a1, a2, p1, p2) = w27..w34: operators only,
+    so the same expressions run on torch tensors (the model) and numpy arrays (the S0 search)."""
+    d1, d2, b1, b2, a1, a2, p1, p2 = cp
     x = t / s
     r1 = (1 + (b1 ** (-1 / d1) - 1) * x) ** (-d1)
     r2 = (1 + (b2 ** (-1 / d2) - 1) * x) ** (-d2)
@@ -173,17 +179,6 @@ def clip(w):
 
 # ----------------------------------------------------------------------------------------- S0 search (numpy)
 
-def retention_np(t, s, cp):
-    """The forgetting curve of curve parameters cp = (d1, d2, b1, b2, a1, a2, p1, p2), numpy."""
-    d1, d2, b1, b2, a1, a2, p1, p2 = cp
-    x = t / s
-    r1 = (1 + (b1 ** (-1 / d1) - 1) * x) ** (-d1)
-    r2 = (1 + (b2 ** (-1 / d2) - 1) * x) ** (-d2)
-    wt1 = a1 * s ** (-p1)
-    wt2 = a2 * s ** p2
-    return (wt1 * r1 + wt2 * r2) / (wt1 + wt2)
-
-
 def bin_interval(t: np.ndarray) -> np.ndarray:
     """Secs-mode grouping of first intervals: 10-minute bins below 2 h, 2-hour bins below a day, whole days above,
     each at least its bin width."""
@@ -209,12 +204,8 @@ def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN, reference: bool 
     Each rating is upstream's `minimize(loss, x0=S_default, bounds=[(s_min, 100)], maxiter=Σ count)` (L-BFGS-B,
     finite differences), run by models/fsrs_init.fit_one_rating: scipy's routine driven directly, the same S0 bit
     for bit at a fraction of minimize's overhead (64 fits per fold here); `reference=True` calls minimize itself."""
-    from models.fsrs_init import fit_one_rating, fit_one_rating_scipy
-
-    assert INIT_S_MAX == 100.0  # fsrs_init's upper bound
-
     def curve(t, s):
-        return np.clip(retention_np(t, s, cp), P_MIN, P_MAX)
+        return np.clip(mixed_curve(t, s, cp), P_MIN, P_MAX)
 
     solve = fit_one_rating_scipy if reference else fit_one_rating
     total, stability, count = 0.0, {}, {}
