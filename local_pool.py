@@ -77,8 +77,7 @@ def _pool_context(cfg: RunConfig):
         from models import fsrs6  # noqa: F401  (compiled kernels are loaded from numba's cache on first use)
         from models.kernel_math import warm_numba
 
-        if cfg.algo != "FSRS-rs":  # FSRS-rs trains in Rust and never runs a numba kernel
-            warm_numba()  # numba's one-time set-up, once here rather than once per worker
+        warm_numba()  # numba's one-time set-up, once here rather than once per worker (FSRS-rs predicts with it)
     return multiprocessing.get_context("fork")
 
 

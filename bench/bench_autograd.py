@@ -14,7 +14,7 @@ Trainers per model:
 - FSRS-5, HLR: `--trainer autograd` (models/autograd_engine.py on the module's torch_init/step/curve), `--trainer
   upstream` (training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
   default compiled engine (hand-written numba VJPs).
-- FSRS-6: its torch recurrence (models/fsrs6.py first_state / next_state) on the autograd engine, models/fsrs6.py
+- FSRS-6: its torch recurrence (models/fsrs6_torch.py TorchSteps) on the autograd engine, models/fsrs6.py
   with `--trainer upstream`, and FSRS-6's compiled engine plug-in (models/fsrs6_kernels.py).
 - SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation)
   vs the same L-BFGS over per-target histories in batches of 8192 (upstream's way; `--trainer upstream`).
@@ -54,6 +54,7 @@ def trainers(name: str, train, test):
         from models import fsrs6
         from models.autograd_engine import AutogradEngine
         from models.fsrs6 import CLIP_HI, CLIP_LO, SIGMA, FSRS6
+        from models.fsrs6_torch import TorchSteps
 
         def autograd():  # FSRS6.fit's S0 initialisation, then the autograd engine
             from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
@@ -62,7 +63,7 @@ def trainers(name: str, train, test):
             decay = DEFAULT_W[20]
             s0 = initialize_s0(train.rows, lambda t, s: forgetting_curve(t, s, decay), DEFAULT_W[:4], S_MIN)
             w_init = list(s0) + DEFAULT_W[4:]
-            engine = AutogradEngine(fsrs6.TorchSteps, CLIP_LO, CLIP_HI)
+            engine = AutogradEngine(TorchSteps, CLIP_LO, CLIP_HI)
             w = engine.fit(w_init, train, RunConfig(algo="FSRS-6"), w_init=w_init, sigma=SIGMA)
             return lambda: fsrs6.predict(w, test)
 

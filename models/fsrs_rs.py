@@ -17,8 +17,8 @@ What upstream's row does, and what this module reproduces (srs-benchmark `model_
   64 is passed explicitly here (`cfg.max_seq_len`).
 - The trained weights are rounded to 4 decimals (upstream: `round(x, 4)`).
 - Prediction: upstream feeds the Rust weights to fsrs-optimizer's Python `Collection` (the same FSRS-6 code as its
-  FSRS-6 row) and the power curve with decay w20; it does not use the Rust memory state. Here that is our FSRS-6
-  (`models.fsrs6`), which reproduces that Collection. (The Rust memory state differs on histories with a same-day
+  FSRS-6 row) and the power curve with decay w20; it does not use the Rust memory state. Here that is our FSRS-6's
+  forward pass (`models.fsrs6.predict`), which reproduces that Collection. (The Rust memory state differs on histories with a same-day
   Hard review: fsrs-rs floors the same-day growth for G >= 2, the published Python model for G >= 3.)
 - Inadequate training data (no item with exactly one long-term review, or any failure inside `benchmark()`, which
   panics rather than raising) → `InadequateData`, and the runner falls back to the default weights, as upstream
@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.base import InadequateData, Model, ReviewData
-from models.fsrs6 import FSRS6
+from models import fsrs6
 from models.fsrs6_kernels import DEFAULT_W
 
 ROUND_DECIMALS = 4  # upstream rounds the weights benchmark() returns
@@ -110,7 +110,6 @@ class FSRSRs(Model):
         self.cfg = cfg
         self.n_params = 0 if cfg.default else 21
         self.w = list(DEFAULT_W)
-        self._fsrs6 = FSRS6(cfg)  # the prediction path (our FSRS-6 with these weights)
 
     def fit(self, train: ReviewData) -> "FSRSRs":
         if self.cfg.default:
@@ -132,13 +131,8 @@ class FSRSRs(Model):
         self.w = [round(x, ROUND_DECIMALS) for x in w]
         return self
 
-    def stabilities(self, data: ReviewData) -> np.ndarray:
-        self._fsrs6.w = list(self.w)
-        return self._fsrs6.stabilities(data)
-
     def predict(self, test: ReviewData) -> np.ndarray:
-        self._fsrs6.w = list(self.w)
-        return self._fsrs6.predict(test)
+        return fsrs6.predict(self.w, test)
 
     def rust_stabilities(self, data: ReviewData) -> np.ndarray:
         """S after each target's history from the Rust model (`memory_state_batch`), for cross-checks only."""

@@ -13,8 +13,8 @@ from config import RunConfig
 from models import fsrs_init
 from models.base import InadequateData, ReviewData
 from training import pad_histories
-from models.fsrs6 import (CLIP_HI, CLIP_LO, DEFAULT_W, FSRS6, first_state, forgetting_curve, next_state,
-                          stability_sequence)
+from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, FSRS6, forgetting_curve
+from models.fsrs6_torch import first_state, next_state, stability_sequence
 
 W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614, 0.2629,
      1.6483, 0.6014, 1.8729, 0.5425, 0.0912, 0.0658, 0.1542]
@@ -345,25 +345,31 @@ def test_one_pass_prediction_equals_per_row_recomputation():
     rng = np.random.default_rng(0)
     model.w = list(np.clip(np.array(W) * rng.uniform(0.7, 1.3, 21), CLIP_LO, CLIP_HI))
     p = model.predict(data)
-    w = torch.tensor(model.w, dtype=torch.float32)
+    w = torch.tensor(model.w, dtype=torch.float64)
     # Every row on its own: its history padded alone (no sharing between rows of a card), all rows at once ...
     lengths = data.rows["seq_pos"].to_numpy()
     t, g = pad_histories(data.seq_delta_t, data.seq_rating, data.rows["seq_start"].to_numpy(), lengths)
-    s_all = stability_sequence(w, torch.tensor(t.T, dtype=torch.float32), torch.tensor(g.T, dtype=torch.float32))
+    s_all = stability_sequence(w, torch.tensor(t.T, dtype=torch.float64), torch.tensor(g.T, dtype=torch.float64))
     s = s_all[torch.tensor(lengths) - 1, torch.arange(len(data))]
-    naive = forgetting_curve(torch.tensor(data.rows["delta_t"].to_numpy(), dtype=torch.float32), s, w[20]).numpy()
+    naive = forgetting_curve(torch.tensor(data.rows["delta_t"].to_numpy(), dtype=torch.float64), s, w[20]).numpy()
     # ... and, for some rows, a loop with one row at a time.
     for k in range(0, len(data), 17):
         th, gh = data.history(k)
-        s_k = stability_sequence(w, torch.tensor(th, dtype=torch.float32)[:, None],
-                                 torch.tensor(gh, dtype=torch.float32)[:, None])[-1, 0]
-        r_k = float(forgetting_curve(torch.tensor(data.rows["delta_t"].iat[k], dtype=torch.float32), s_k, w[20]))
-        assert abs(r_k - naive[k]) < 1e-6
+        s_k = stability_sequence(w, torch.tensor(th, dtype=torch.float64)[:, None],
+                                 torch.tensor(gh, dtype=torch.float64)[:, None])[-1, 0]
+        r_k = float(forgetting_curve(torch.tensor(data.rows["delta_t"].iat[k], dtype=torch.float64), s_k, w[20]))
+        assert abs(r_k - naive[k]) < 1e-12
     assert p.dtype == np.float64
-    np.testing.assert_allclose(p, naive, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(p, naive, atol=1e-12, rtol=0)
+    # Upstream's model runs in float32: within ~1e-6 of these float64 predictions.
+    w32 = torch.tensor(model.w, dtype=torch.float32)
+    s32 = stability_sequence(w32, torch.tensor(t.T, dtype=torch.float32), torch.tensor(g.T, dtype=torch.float32))
+    s32 = s32[torch.tensor(lengths) - 1, torch.arange(len(data))]
+    p32 = forgetting_curve(torch.tensor(data.rows["delta_t"].to_numpy(), dtype=torch.float32), s32, w32[20]).numpy()
+    np.testing.assert_allclose(p, p32, atol=5e-6, rtol=0)
     # Row order does not matter: a shuffled subset gives the same values.
     perm = rng.permutation(len(data))[: len(data) // 2]
-    np.testing.assert_allclose(model.predict(data.subset(perm)), p[perm], atol=1e-7, rtol=0)
+    np.testing.assert_allclose(model.predict(data.subset(perm)), p[perm], atol=1e-14, rtol=0)
 
 
 def test_fast_trainer_is_called_with_post_s0_weights_and_sigma(monkeypatch):

@@ -11,7 +11,8 @@ from torch import nn
 import training
 from config import RunConfig
 from models.base import InadequateData
-from models.fsrs6 import CLIP_HI, CLIP_LO, FSRS6, FSRS6Net
+from models.fsrs6 import CLIP_HI, CLIP_LO, FSRS6
+from models.fsrs6_torch import FSRS6Net
 from test_fsrs6 import W, W_OTHER, make_data, simulate
 
 
