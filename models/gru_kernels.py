@@ -6,7 +6,7 @@ their speed: its CPU GRU records about ten autograd nodes per time step, and eve
 and every parameter conversion costs tens of microseconds over ~12,000 steps per 100k reviews. Here:
 - `gru_cards_loss`: predictions, Σ weight·BCE and the gradient of every parameter for a group of whole cards, from
   one forward and one reverse pass per card; models/card_fit.py runs the whole fine-tune with it in one call;
-- `GRUSeqs` / `gru_sequences`: the same recurrence as a torch autograd Function, for the autograd paths
+- models/gru_torch.py wraps the same recurrence as a torch autograd Function (`GRUSeqs`), for the autograd paths
   (`predict_batch`, tests).
 All are tested equal (1e-6) to torch's nn.GRU run upstream's way, one padded history per target.
 
@@ -19,9 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from numba import njit
-from torch import Tensor, nn
 
 from models.kernel_math import bce
 
@@ -227,71 +225,3 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
     if want:
         _gru_backward(feats, x_start, off, h0, w_hh, out, gates, gout, g_ih, g_hh, g_bih, g_bhh, np.zeros((n_c, H)))
     return loss
-
-
-# ----------------------------------------------------------------------------------------------- autograd twin
-
-def _np(t: Tensor) -> np.ndarray:
-    return np.ascontiguousarray(t.detach().double().numpy())
-
-
-def _pack_mask(steps: np.ndarray, width: int) -> np.ndarray:
-    return np.arange(width)[None, :] < np.asarray(steps)[:, None]  # [C, L]
-
-
-class GRUSeqs(torch.autograd.Function):
-    """nn.GRU (one layer) over zero-padded time-major sequences of different lengths from given initial states,
-    forward and backward compiled on the packed sequences. Float64 inside, returned in x's dtype; outputs beyond a
-    sequence's length are 0."""
-
-    @staticmethod
-    def forward(ctx, x, steps, h0, w_ih, w_hh, b_ih, b_hh):
-        n_l, n_c, _ = x.shape
-        mask = _pack_mask(steps, n_l)
-        xs = np.ascontiguousarray(_np(x).transpose(1, 0, 2)[mask])
-        off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
-        h0s, w_hh_np = _np(h0), _np(w_hh)
-        H = w_hh.shape[1]
-        out = np.empty((len(xs), H))
-        gates = np.empty((len(xs), 4 * H))
-        _gru_forward(xs, off[:-1], off, h0s, _np(w_ih), w_hh_np, _np(b_ih), _np(b_hh), out, gates)
-        ctx.saved = (xs, off, h0s, w_hh_np, out, gates, mask)
-        ctx.dtypes = (h0.dtype, w_ih.dtype)
-        padded = np.zeros((n_c, n_l, H))
-        padded[mask] = out
-        return torch.from_numpy(padded.transpose(1, 0, 2).copy()).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, gout):
-        xs, off, h0s, w_hh_np, out, gates, mask = ctx.saved
-        H = w_hh_np.shape[1]
-        gw_ih = np.zeros((3 * H, xs.shape[1]))
-        gw_hh = np.zeros((3 * H, H))
-        gb_ih = np.zeros(3 * H)
-        gb_hh = np.zeros(3 * H)
-        gh0 = np.zeros_like(h0s)
-        g = np.ascontiguousarray(_np(gout).transpose(1, 0, 2)[mask])
-        _gru_backward(xs, off[:-1], off, h0s, w_hh_np, out, gates, g, gw_ih, gw_hh, gb_ih, gb_hh, gh0)
-        dh, dw = ctx.dtypes
-        return (None, None, torch.from_numpy(gh0).to(dh), torch.from_numpy(gw_ih).to(dw),
-                torch.from_numpy(gw_hh).to(dw), torch.from_numpy(gb_ih).to(dw), torch.from_numpy(gb_hh).to(dw))
-
-
-def gru_sequences(rnn: nn.GRU, x: Tensor, steps: np.ndarray, h0: Tensor) -> Tensor:
-    """out[k, c] = state of a one-layer nn.GRU after step k of sequence c started from h0[c] (zero beyond
-    steps[c])."""
-    return GRUSeqs.apply(x, np.asarray(steps, dtype=np.int64), h0, rnn.weight_ih_l0, rnn.weight_hh_l0,
-                         rnn.bias_ih_l0, rnn.bias_hh_l0)
-
-
-def gru_card_states(rnn: nn.GRU, x: Tensor, c_steps: np.ndarray) -> Tensor:
-    """States [L + 1, C, H] of a one-layer nn.GRU run over each card (index 0: h0 = 0, k: after k steps)."""
-    h0 = torch.zeros(x.shape[1], rnn.hidden_size, dtype=x.dtype)
-    if x.shape[0] == 0:
-        return h0[None]
-    return torch.cat([h0[None], gru_sequences(rnn, x, c_steps, h0)], dim=0)
-
-
-def gru_cell(rnn: nn.GRU, x: Tensor, h: Tensor) -> Tensor:
-    """One GRU step per row: x [T, F] from states h [T, H] (the compiled twin of torch.gru_cell)."""
-    return gru_sequences(rnn, x[None], np.ones(x.shape[0], dtype=np.int64), h)[0]

@@ -12,8 +12,8 @@ card is run ONCE through the GRU over its first n_max steps and every target rea
 sequence (h after step n−1). A target whose last inputs differ from its card's step (none that features.py builds;
 e.g. a hand-edited delta_t) gets one GRU step of its own from the card's state after n−1 steps, so the result is
 upstream's per-target computation in every case. The GRU is nn.GRU's recurrence compiled with its gradient
-(models/gru_kernels.py); the per-target path `forward_batch` runs torch's own nn.GRU upstream's way, and the tests
-hold the two equal.
+(models/gru_kernels.py); the per-target path `forward_batch` (models/gru_torch.py) runs torch's own nn.GRU upstream's
+way, and the tests hold the two equal.
 
 GRU (SB models/rnn.py@6b652a99, `model_name == "GRU"`): a GRU(2→2) over the FSRS-style steps (t_k, G_k) (t_0 = 0),
 S = exp(Linear(2→1)(h_last)), p = (1 + (19/81)·t/S)^(−0.5). Fine-tune: AdamW(lr 4e-2, weight_decay 1e-5), 5 epochs.
@@ -21,119 +21,83 @@ S = exp(Linear(2→1)(h_last)), p = (1 + (19/81)·t/S)^(−0.5). Fine-tune: Adam
 Both: orthogonal weight_ih/weight_hh and zero biases before the pretrained weights are loaded; the weights come from
 pretrain/GRU-P.pth, pretrain/GRU-P-short.pth and pretrain/GRU.pth (made by pretrain.py; see its docstring for the
 exact commands and data of the shipped files).
+
+This module is torch-free: each network's description (GRUPSpec, GRUSpec: flat parameter layout, features, head,
+optimizer) and its FlatNet twin, which the default run fine-tunes and predicts with (models/card_net.py). The torch
+modules (GRUPNet, GRUNet in models/gru_torch.py) inherit the same description; the upstream trainer, CUDA, batched
+users and pretrain.py use them.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torch import Tensor, nn
 
-import training
-from models.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_card_states, gru_cards_loss, gru_cell
-from models.neural_seq import CardBatch, CompiledCardNet, NeuralModel
+from models.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel
+from models.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_cards_loss
 
 DECAY = -0.5
 FACTOR = 0.9 ** (1 / DECAY) - 1  # 19/81: the FSRS-4.5 power curve, R(S, S) = 0.9
 
 
-def _orthogonal_gru(n_input: int, n_hidden: int) -> nn.GRU:
-    rnn = nn.GRU(input_size=n_input, hidden_size=n_hidden, num_layers=1)
-    nn.init.orthogonal_(rnn.weight_ih_l0)
-    nn.init.orthogonal_(rnn.weight_hh_l0)
-    rnn.bias_ih_l0.data.fill_(0)
-    rnn.bias_hh_l0.data.fill_(0)
-    return rnn
+def _stack(*cols) -> np.ndarray:
+    return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
 
 
-class GRUFamilyNet(CompiledCardNet):
-    """A one-layer GRU + Linear(H→1) whose loss, gradient and whole fine-tune run compiled (models/gru_kernels.py)."""
+class GRUFamilySpec(CompiledNet):
+    """A one-layer GRU(2→H) + Linear(H→1), parameters named as nn.GRU's and nn.Linear's (rnn.*, fc.*)."""
 
     head_kind: int = HEAD_SIGMOID_CELL
+    n_hidden: int = 8
+    n_input: int = 2
     card_loss = gru_cards_loss
 
+    def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        H, F = self.n_hidden, self.n_input
+        return [("rnn.weight_ih_l0", (3 * H, F)), ("rnn.weight_hh_l0", (3 * H, H)), ("rnn.bias_ih_l0", (3 * H,)),
+                ("rnn.bias_hh_l0", (3 * H,)), ("fc.weight", (1, H)), ("fc.bias", (1,))]
+
     def model_consts(self) -> tuple:
-        return (self.head_kind, self.rnn.hidden_size, FACTOR, DECAY)
-
-    def flat_params(self) -> list[nn.Parameter]:
-        r = self.rnn
-        return [r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0, self.fc.weight, self.fc.bias]
+        return (self.head_kind, self.n_hidden, FACTOR, DECAY)
 
 
-class GRUPNet(GRUFamilyNet):
+class GRUPSpec(GRUFamilySpec):
     lr = 1e-2
     wd = 1e-5
-
-    def __init__(self, n_hidden: int = 8):
-        super().__init__()
-        self.rnn = _orthogonal_gru(2, n_hidden)
-        self.fc = nn.Linear(n_hidden, 1)
+    n_hidden = 8
 
     def step_features(self, data):
         """Step k = (interval after review k, rating of review k). At a card's last review the 'next interval'
         belongs to another card, but no target ever reads that step from the sequence (its last step is its own)."""
-        next_dt = np.append(np.asarray(data.seq_delta_t, dtype=np.float64)[1:], 0.0)
-        return np.stack([next_dt, np.asarray(data.seq_rating, dtype=np.float64)], axis=1)
-
-    def card_states(self, x, c_steps):
-        return gru_card_states(self.rnn, x, c_steps)
-
-    def last_step(self, h_prev: Tensor, dt: Tensor, g: Tensor) -> Tensor:
-        return gru_cell(self.rnn, torch.stack([dt, g], dim=1), h_prev)
-
-    def target_p(self, states, batch: CardBatch):
-        h = self.last_step(states[batch.t_pos - 1, batch.t_card], batch.t_dt, batch.t_last_g)
-        return torch.sigmoid(self.fc(h)).squeeze(-1)
-
-    def forward_batch(self, batch: training.Batch) -> Tensor:
-        """Upstream's per-target tensor (t_item[1:], r_item[:-1]) with the target's delta_t as the last interval,
-        zero-padded, through nn.GRU; the output at the last real step."""
-        cols = torch.arange(len(batch))
-        last = batch.lengths - 1
-        t_next = torch.zeros_like(batch.t)
-        t_next[:-1] = batch.t[1:]
-        t_next[last, cols] = batch.delta_t
-        out, _ = self.rnn(torch.stack([t_next, batch.g], dim=-1))
-        return torch.sigmoid(self.fc(out[last, cols])).squeeze(-1)
+        return _stack(np.append(np.asarray(data.seq_delta_t, dtype=np.float64)[1:], 0.0), data.seq_rating)
 
 
-class GRUNet(GRUFamilyNet):
+class GRUSpec(GRUFamilySpec):
     head_kind = HEAD_POWER_CURVE
     lr = 4e-2
     wd = 1e-5
-
-    def __init__(self, n_hidden: int = 2):
-        super().__init__()
-        self.rnn = _orthogonal_gru(2, n_hidden)
-        self.fc = nn.Linear(n_hidden, 1)
+    n_hidden = 2
 
     def step_features(self, data):
-        return np.stack([np.asarray(data.seq_delta_t, dtype=np.float64), np.asarray(data.seq_rating, dtype=np.float64)],
-                        axis=1)
+        return _stack(data.seq_delta_t, data.seq_rating)
 
-    def card_states(self, x, c_steps):
-        return gru_card_states(self.rnn, x, c_steps)
 
-    def head(self, h: Tensor, dt: Tensor) -> Tensor:
-        s = torch.exp(self.fc(h)).squeeze(-1)
-        return (1 + FACTOR * dt / s) ** DECAY
+class GRUPFlat(GRUPSpec, FlatNet):
+    """GRU-P without torch."""
 
-    def target_p(self, states, batch: CardBatch):
-        return self.head(states[batch.t_pos, batch.t_card], batch.t_dt)
 
-    def forward_batch(self, batch: training.Batch) -> Tensor:
-        cols = torch.arange(len(batch))
-        out, _ = self.rnn(torch.stack([batch.t, batch.g], dim=-1))
-        return self.head(out[batch.lengths - 1, cols], batch.delta_t)
+class GRUFlat(GRUSpec, FlatNet):
+    """GRU without torch."""
 
 
 class GRUP(NeuralModel):
     name = "GRU-P"
-    net_class = GRUPNet
+    net_class = LazyClass("models.gru_torch:GRUPNet")
+    flat_class = GRUPFlat
     n_epoch = 16
 
 
 class GRU(NeuralModel):
     name = "GRU"
-    net_class = GRUNet
+    net_class = LazyClass("models.gru_torch:GRUNet")
+    flat_class = GRUFlat
     n_epoch = 5

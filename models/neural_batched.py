@@ -33,7 +33,7 @@ from torch import Tensor
 
 from models.base import ReviewData
 from models.gru_kernels import HEAD_SIGMOID_CELL
-from models.gru_p import DECAY, FACTOR, GRUFamilyNet
+from models.gru_torch import DECAY, FACTOR, GRUFamilyNet
 from models.neural_seq import SHUFFLE_SEED, CardBatch, CardSet, epoch_orders
 
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as make_optimizer uses them

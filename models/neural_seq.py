@@ -46,13 +46,17 @@ loop with its own recipe (card_fit.recipe).
 Prediction (`predict_cards`) runs the same pass over every card of the test rows (no length limit), in groups of
 cards with ≈ 16,384 targets. Everything is deterministic on CPU for a given seed.
 
-Pretrained weights live in pretrain/<name>.pth (state dicts written by pretrain.py); `load_pretrained` raises a clear
-error naming the command that makes a missing file.
+Pretrained weights live in pretrain/<name>.pth (state dicts written by pretrain.py) and, for the models with a
+torch-free twin, in pretrain/<name>.npz (the same arrays); `load_pretrained` raises a clear error naming the command
+that makes a missing file.
+
+This module is the torch half: the CardSeqNet contract and its torch modules, the upstream trainer, the torch
+predictions of networks without a compiled loss, and the weight files. The torch-free half (CardSet, CardBatch,
+fit_cards, predict_cards, NeuralModel, the FlatNet twins) is models/card_net.py, re-exported here.
 """
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,58 +66,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import training
-from models.base import InadequateData, Model, ReviewData
-from models.card_fit import group_bounds, loop_for, recipe
-from models.torch_rng import SHUFFLE_SEED
-
-TORCH_SEED = 42
-PREDICT_TARGETS = 16384
-PRETRAIN_DIR = Path(__file__).resolve().parents[1] / "pretrain"
-
-
-class CardBatch:
-    """A group of whole cards and all their (selected) targets, as numpy arrays (float64) with torch views made on
-    first use in the network's dtype.
-
-    x_packed holds the inputs of card c's steps in rows c_off[c] .. c_off[c+1]−1 (c_steps[c] of them); `x` is the same
-    zero-padded and time-major: x[k, c] is the input of step k of card c. Target j belongs to
-    card t_card[j] and has history length t_pos[j] (its history is the card's reviews 0..t_pos[j]−1), elapsed time
-    t_dt[j], last history rating t_last_g[j], label t_y[j] and weight t_w[j]; t_row[j] is its row in the ReviewData
-    the batch was built from.
-    """
-
-    def __init__(self, x_packed, c_steps, t_card, t_pos, t_dt, t_last_g, t_y, t_w, t_row, dtype=torch.float32):
-        self.x_packed, self.c_steps, self.t_row, self.dtype = x_packed, c_steps, t_row, dtype
-        self.c_off = np.concatenate([[0], np.cumsum(c_steps)]).astype(np.int64)
-        self.t_card_np, self.t_pos_np, self.t_dt_np = t_card, t_pos, t_dt
-        self.t_last_g_np, self.t_y_np, self.t_w_np = t_last_g, t_y, t_w
-
-    def __len__(self) -> int:
-        return len(self.t_pos_np)
-
-    def _t(self, name, arr, dtype=None):
-        cache = self.__dict__.setdefault("_torch", {})
-        if name not in cache:
-            cache[name] = torch.as_tensor(arr, dtype=dtype or self.dtype)
-        return cache[name]
-
-    @property
-    def x_np(self) -> np.ndarray:
-        """The inputs zero-padded, time-major [L, C, F]."""
-        if "_x_np" not in self.__dict__:
-            width = int(self.c_steps.max()) if len(self.c_steps) else 0
-            padded = np.zeros((len(self.c_steps), width, self.x_packed.shape[1]))
-            padded[np.arange(width)[None, :] < self.c_steps[:, None]] = self.x_packed
-            self._x_np = np.ascontiguousarray(padded.transpose(1, 0, 2))
-        return self._x_np
-
-    x = property(lambda self: self._t("x", self.x_np))
-    t_card = property(lambda self: self._t("t_card", self.t_card_np, torch.long))
-    t_pos = property(lambda self: self._t("t_pos", self.t_pos_np, torch.long))
-    t_dt = property(lambda self: self._t("t_dt", self.t_dt_np))
-    t_last_g = property(lambda self: self._t("t_last_g", self.t_last_g_np))
-    t_y = property(lambda self: self._t("t_y", self.t_y_np))
-    t_w = property(lambda self: self._t("t_w", self.t_w_np))
+from models.base import ReviewData
+from models.card_net import (PREDICT_TARGETS, PRETRAIN_DIR, SHUFFLE_SEED, TORCH_SEED, CardBatch,  # noqa: F401
+                             CardSet, CompiledNet, FlatNet, NeuralModel, card_first_mask, epoch_orders, fit_cards,
+                             predict_cards, pretrain_path, read_weights)
 
 
 class CardSeqNet(training.TrainableModule):
@@ -172,23 +128,18 @@ class CardSeqNet(training.TrainableModule):
             self._last_state = {k: v.detach().clone() for k, v in self.state_dict().items()}
 
 
-class CompiledCardNet(CardSeqNet):
+
+class CompiledCardNet(CardSeqNet, CompiledNet):
     """A CardSeqNet whose loss and gradient are a compiled `card_loss` (models/card_fit.py's contract) over a flat
-    float64 copy of `flat_params()`: fit_cards runs the whole fine-tune in one compiled call (card_fit.fit_card_groups)
-    and predict_cards one compiled pass per group of cards. Subclasses set card_loss and model_consts()."""
+    float64 copy of its parameters in param_shapes() order: fit_cards runs the whole fine-tune in one compiled call
+    (card_fit.fit_card_groups) and predict_cards one compiled pass per group of cards (card_net.CompiledNet).
+    Subclasses set card_loss and model_consts(), usually by inheriting their torch-free description first."""
 
-    card_loss = None  # an @njit function (model, layout, cards, theta, want, grad, p_out) -> loss
-
-    def model_consts(self) -> tuple:
-        raise NotImplementedError
+    def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [(name, tuple(p.shape)) for name, p in self.named_parameters()]
 
     def flat_params(self) -> list[nn.Parameter]:
-        return list(self.parameters())
-
-    def param_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Box applied after every optimizer step (flat, like theta); default: none."""
-        n = len(self.theta())
-        return np.full(n, -np.inf), np.full(n, np.inf)
+        return [self.get_parameter(name) for name, _ in self.param_shapes()]
 
     def theta(self) -> np.ndarray:
         return np.concatenate([p.detach().double().numpy().ravel() for p in self.flat_params()])
@@ -199,11 +150,6 @@ class CompiledCardNet(CardSeqNet):
             for p in self.flat_params():
                 p.copy_(torch.from_numpy(theta[k:k + p.numel()]).view_as(p))
                 k += p.numel()
-
-    def _call(self, layout, cards, theta, grad, p_out) -> float:
-        want = grad is not None
-        return type(self).card_loss(self.model_consts(), layout, np.asarray(cards, np.int64), theta, want,
-                                    grad if want else np.zeros(0), p_out)
 
     def _batch(self, batch: CardBatch, grad: np.ndarray | None) -> tuple[float, np.ndarray]:
         """(loss, p) of a CardBatch: its cards are packed one after another; targets regrouped card by card."""
@@ -230,111 +176,8 @@ class CompiledCardNet(CardSeqNet):
     def predict_np(self, batch: CardBatch) -> np.ndarray:
         return self._batch(batch, None)[1]
 
-    def predict_compiled(self, cards: "CardSet", chunk: int) -> np.ndarray:
-        """P(recall) of every target of the CardSet (in its `order`), cards in groups of ≈ chunk targets."""
-        layout, theta, order = cards.layout(), self.theta(), cards.card_order()
-        bounds = group_bounds(cards.c_count[order], chunk)
-        p = np.empty(len(cards.t_pos))
-        for g in range(len(bounds) - 1):
-            self._call(layout, order[bounds[g]:bounds[g + 1]], theta, None, p)
-        return p
-
-    def fit_compiled(self, cards: "CardSet", orders: np.ndarray, batch_size: int, recipe: tuple,
-                     state: tuple | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-        """A fine-tune loop in one compiled call (card_fit.fit_card_groups with card_fit.recipe()), then the weights
-        back into the torch parameters; `state` = the optimizer's (exp_avg, exp_avg_sq, step), flat (default:
-        a fresh optimizer). Returns the optimizer's state after the loop (new arrays)."""
-        theta = self.theta()
-        lower, upper = self.param_bounds()
-        m, v, step = (np.zeros(len(theta)), np.zeros(len(theta)), 0) if state is None else state
-        m, v = np.array(m, dtype=np.float64), np.array(v, dtype=np.float64)
-        steps = loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
-                                               np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta,
-                                               lower, upper, recipe, m, v, int(step))
-        self.set_theta(theta)
-        return m, v, int(step) + int(steps)
-
 
 # ----------------------------------------------------------------------------------------------- batching
-
-def _card_layout(data: ReviewData, net: CardSeqNet, keep: np.ndarray | None):
-    """Targets sorted by (card, history length) and the cards they belong to, each with the steps it needs."""
-    rows = data.rows
-    start = rows["seq_start"].to_numpy(np.int64)
-    pos = rows["seq_pos"].to_numpy(np.int64)
-    sel = np.arange(len(rows)) if keep is None else np.flatnonzero(keep)
-    sel = sel[pos[sel] >= 1]  # a first review has no history: never a target
-    order = sel[np.lexsort((pos[sel], start[sel]))]
-    if len(order) == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return order, empty, empty, empty, empty
-    st = start[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = st[1:] != st[:-1]
-    t_card = np.cumsum(first) - 1  # card number of each target
-    c_first = np.flatnonzero(first)
-    c_last = np.append(c_first[1:], len(order)) - 1
-    c_start = st[c_first]
-    c_steps = np.asarray(net.n_steps(pos[order][c_last]), dtype=np.int64)
-    c_count = c_last - c_first + 1
-    return order, t_card, c_start, c_steps, c_count
-
-
-class CardSet:
-    """The selected targets of `data` grouped by card, ready to be cut into batches of whole cards."""
-
-    def __init__(self, net: CardSeqNet, data: ReviewData, keep: np.ndarray | None = None,
-                 weights: np.ndarray | None = None):
-        self.order, self.t_card, self.c_start, self.c_steps, self.c_count = _card_layout(data, net, keep)
-        self.n_cards = len(self.c_start)
-        self.c_tfirst = np.cumsum(self.c_count) - self.c_count  # card c's targets: c_tfirst[c] .. + c_count[c] − 1
-        self.dtype = net.dtype
-        self.feats = np.asarray(net.step_features(data), dtype=np.float64)
-        rows = data.rows
-        r = self.order
-        pos = rows["seq_pos"].to_numpy(np.int64)[r]
-        start = rows["seq_start"].to_numpy(np.int64)[r]
-        w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
-        # per selected target (in `order`): history length, delta_t, last history rating, y, weight
-        self.t_pos = pos
-        self.t_dt = rows["delta_t"].to_numpy(np.float64)[r]
-        self.t_last_g = data.seq_rating[start + pos - 1].astype(np.float64) if len(r) else np.zeros(0)
-        self.t_y = rows["y"].to_numpy(np.float64)[r]
-        self.t_w = w[r]
-
-    def batches(self, batch_size: int, card_order: np.ndarray | None = None) -> list[CardBatch]:
-        """Consecutive groups of cards in `card_order` (default: by the number of steps they need, so padding is
-        small) holding ≈ batch_size targets each: a card joins the group where its first target falls."""
-        if self.n_cards == 0:
-            return []
-        c_order = self.card_order(card_order)
-        g_bounds = group_bounds(self.c_count[c_order], max(1, int(batch_size)))
-        out = []
-        for g in range(len(g_bounds) - 1):
-            cards = c_order[g_bounds[g]:g_bounds[g + 1]]
-            steps = self.c_steps[cards]
-            off = np.cumsum(steps) - steps
-            idx = np.repeat(self.c_start[cards] - off, steps) + np.arange(int(steps.sum()))
-            counts = self.c_count[cards]
-            t = np.repeat(self.c_tfirst[cards] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-            out.append(CardBatch(
-                x_packed=self.feats[idx], c_steps=steps, t_card=np.repeat(np.arange(len(cards)), counts),
-                t_pos=self.t_pos[t], t_dt=self.t_dt[t], t_last_g=self.t_last_g[t], t_y=self.t_y[t], t_w=self.t_w[t],
-                t_row=self.order[t], dtype=self.dtype))
-        return out
-
-    def layout(self) -> tuple:
-        """The card layout of the compiled kernels (models/card_fit.py)."""
-        return (self.feats, self.c_start, self.c_steps, self.c_tfirst, self.c_count, self.t_pos, self.t_dt,
-                self.t_last_g, self.t_y, self.t_w)
-
-    def card_order(self, card_order: np.ndarray | None = None) -> np.ndarray:
-        """The given card order, or by default the cards sorted by the number of steps they need."""
-        return np.argsort(self.c_steps, kind="stable") if card_order is None else np.asarray(card_order, np.int64)
-
-    def n_groups(self, batch_size: int, card_order: np.ndarray | None = None) -> int:
-        return len(group_bounds(self.c_count[self.card_order(card_order)], max(1, int(batch_size)))) - 1
-
 
 def card_batches(net: CardSeqNet, data: ReviewData, batch_size: int, keep: np.ndarray | None = None,
                  weights: np.ndarray | None = None) -> list[CardBatch]:
@@ -345,15 +188,10 @@ def card_batches(net: CardSeqNet, data: ReviewData, batch_size: int, keep: np.nd
 
 # ----------------------------------------------------------------------------------------------- predict / fit
 
-def predict_cards(net: CardSeqNet, data: ReviewData, chunk: int = PREDICT_TARGETS) -> np.ndarray:
-    """P(recall) of every row of `data`, in row order (NaN for a row without history), one pass per card."""
+def predict_torch(net: CardSeqNet, data: ReviewData, chunk: int = PREDICT_TARGETS) -> np.ndarray:
+    """predict_cards for a network stepped in torch (no compiled loss)."""
     out = np.full(len(data), np.nan)
     net.eval()
-    if isinstance(net, CompiledCardNet):
-        cards = CardSet(net, data)
-        if cards.n_cards:
-            out[cards.order] = net.predict_compiled(cards, chunk)
-        return out
     with torch.no_grad():
         for b in card_batches(net, data, chunk):
             out[b.t_row] = net.predict_np(b)
@@ -363,35 +201,6 @@ def predict_cards(net: CardSeqNet, data: ReviewData, chunk: int = PREDICT_TARGET
 def batch_loss(net: CardSeqNet, batch: CardBatch) -> Tensor:
     p = net.predict_batch(batch)
     return (F.binary_cross_entropy(p, batch.t_y, reduction="none") * batch.t_w).sum()
-
-
-def epoch_orders(n_cards: int, n_epoch: int, seed: int = SHUFFLE_SEED) -> np.ndarray:
-    """The card order of every epoch [n_epoch, n_cards]: torch.randperm on one Generator seeded `seed`."""
-    generator = torch.Generator().manual_seed(seed)
-    return np.stack([torch.randperm(n_cards, generator=generator).numpy() for _ in range(n_epoch)])
-
-
-def fit_cards(net: "CompiledCardNet", data: ReviewData, *, n_epoch: int, batch_size: int = 512,
-              max_seq_len: int = 64, lr: float | None = None, weights: np.ndarray | None = None,
-              keep: np.ndarray | None = None, seed: int = SHUFFLE_SEED) -> int:
-    """Fine-tune a compiled network in place on `data` (see the module docstring): the whole recipe in one compiled
-    call; returns the number of groups per epoch. Raises InadequateData when no target has a history of length
-    1..max_seq_len. Networks stepped in torch train with fit_upstream (or their own recipe, the LSTM)."""
-    if not isinstance(net, CompiledCardNet):
-        raise TypeError(f"fit_cards needs a CompiledCardNet, not {type(net).__name__} (use fit_upstream)")
-    use = data.rows["seq_pos"].to_numpy() <= max_seq_len
-    if keep is not None:
-        use &= np.asarray(keep, dtype=bool)
-    cards = CardSet(net, data, use, weights)
-    if cards.n_cards == 0:
-        raise InadequateData("Training data is inadequate.")
-    n_batches = cards.n_groups(batch_size, np.arange(cards.n_cards))
-    wd = float(net.wd) if net.optimizer == "adamw" else 0.0
-    net.fit_compiled(cards, epoch_orders(cards.n_cards, n_epoch, seed), batch_size,
-                     recipe(np.full(n_epoch, net.lr if lr is None else lr), max(1, n_batches * n_epoch),
-                            weight_decay=wd))
-    net.eval()
-    return n_batches
 
 
 def fit_upstream(net: CardSeqNet, data: ReviewData, cfg, *, n_epoch: int, lr: float | None = None) -> None:
@@ -412,10 +221,12 @@ def fit_upstream(net: CardSeqNet, data: ReviewData, cfg, *, n_epoch: int, lr: fl
 
 # ----------------------------------------------------------------------------------------------- weights
 
-def pretrain_path(name: str) -> Path:
-    """pretrain/<name>.pth ($SRS_BENCH_PRETRAIN_DIR replaces the folder, e.g. for experiments and tests)."""
-    return Path(os.environ.get("SRS_BENCH_PRETRAIN_DIR") or PRETRAIN_DIR) / f"{name}.pth"
-
+def torch_net(net_class: type, name: str, command: str) -> CardSeqNet:
+    """A fresh `net_class` module (from torch.manual_seed(TORCH_SEED), as upstream) with pretrain/<name>.pth loaded."""
+    torch.manual_seed(TORCH_SEED)
+    net = net_class()
+    load_pretrained(net, name, command)
+    return net
 
 @lru_cache(maxsize=None)
 def _read_state(path: str, mtime: float) -> dict:
@@ -431,73 +242,14 @@ def load_pretrained(net: nn.Module, name: str, command: str) -> None:
     net.load_state_dict({k: v.to(net.dtype) if v.is_floating_point() else v for k, v in state.items()})
 
 
+
 def save_state(net: nn.Module, path: Path) -> None:
+    """The state dict as float32 tensors in `path` (.pth) and, for the torch-free runs, the same arrays in
+    path.with_suffix(".npz")."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({k: v.detach().float().clone() for k, v in net.state_dict().items()}, path)
-
-
-# ----------------------------------------------------------------------------------------------- the Model
-
-class NeuralModel(Model):
-    """fit/predict of a CardSeqNet for one (user, fold, partition): start from pretrain/<weights_name>.pth, fine-tune
-    (`--trainer fast`: one pass per card; `--trainer upstream`: training.py's per-target padded trainer), predict
-    with one pass per card. `--dry` (`--default`) evaluates the pretrained weights without fine-tuning."""
-
-    net_class: type = CardSeqNet
-    n_epoch: int = 5  # the model's own epoch count (upstream: a class attribute; --n_epoch does not change it)
-    pretrain_epochs: int = 32
-
-    def __init__(self, cfg=None):
-        if cfg is None:
-            from config import RunConfig
-
-            cfg = RunConfig(algo=self.name)
-        self.cfg = cfg
-        self.net = self.new_net()
-        self.n_params = 0 if cfg.default else self.net.n_params()
-
-    @classmethod
-    def weights_name(cls, cfg) -> str:
-        """pretrain/<this>.pth: the model name plus upstream's pretraining suffixes (-short)."""
-        return cls.name + ("-short" if getattr(cfg, "short", False) else "")
-
-    @classmethod
-    def pretrain_command(cls, cfg) -> str:
-        short = " --short" if getattr(cfg, "short", False) else ""
-        return f"python pretrain.py --model {cls.name}{short} --data PATH --users 1-500"
-
-    def new_net(self) -> CardSeqNet:
-        torch.manual_seed(TORCH_SEED)
-        net = self.net_class()
-        load_pretrained(net, self.weights_name(self.cfg), self.pretrain_command(self.cfg))
-        return net
-
-    def fit(self, train: ReviewData) -> "NeuralModel":
-        if self.cfg.default:
-            return self
-        if len(train) == 0:
-            raise InadequateData("no training rows")
-        weights = training.recency_weights(len(train)) if getattr(self.cfg, "recency", False) else None
-        if getattr(self.cfg, "trainer", "fast") == "fast":
-            fit_cards(self.net, train, n_epoch=self.n_epoch, batch_size=self.cfg.batch_size,
-                      max_seq_len=self.cfg.max_seq_len, weights=weights)
-        else:
-            fit_upstream(self.net, train, self.cfg, n_epoch=self.n_epoch)
-        return self
-
-    def predict(self, test: ReviewData) -> np.ndarray:
-        return predict_cards(self.net, test)
-
-    def parameters(self):
-        return None  # upstream writes no parameter list for torch modules
-
-
-def card_first_mask(data: ReviewData) -> np.ndarray:
-    """True at the sequence position of each card's first review (cards with at least one target; positions of
-    cards without targets belong to no one and are never read)."""
-    first = np.zeros(len(data.seq_delta_t), dtype=bool)
-    first[data.rows["seq_start"].to_numpy(np.int64)] = True
-    return first
+    state = {k: v.detach().float().clone() for k, v in net.state_dict().items()}
+    torch.save(state, path)
+    np.savez(path.with_suffix(".npz"), **{k: v.numpy() for k, v in state.items()})
 
 
 def concat_data(parts: list[ReviewData]) -> ReviewData:

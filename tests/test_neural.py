@@ -18,8 +18,10 @@ import training
 from config import EMBEDDED_DATA, RunConfig
 from models import neural_seq
 from models.base import InadequateData, ReviewData
-from models.gru_p import FACTOR, GRU, GRUNet, GRUP, GRUPNet
-from models.nn17 import NN17, NN17Net
+from models.gru_p import FACTOR, GRU, GRUP
+from models.gru_torch import GRUNet, GRUPNet
+from models.nn17 import NN17
+from models.nn17_torch import NN17Net
 from models.lstm import LSTM, LSTMData, LSTMNet, attach_sequences, equalized_train, per_target_batches
 from models.transformer import Transformer, TransformerNet, predict_windows
 from runner import read_results, run
@@ -74,6 +76,15 @@ def fc_by_hand(net, h):
     return net.fc.bias.item() + sum(a * b for a, b in zip(net.fc.weight[0].tolist(), h))
 
 
+def torch_of(model):
+    """The model's network as its torch module (a torch-free FlatNet's weights loaded into `net_class`)."""
+    if isinstance(model.net, neural_seq.FlatNet):
+        net = model.net_class()
+        net.load_state_dict({k: torch.as_tensor(v) for k, v in model.net.state_dict().items()})
+        return net
+    return model.net
+
+
 def predict_with(net, data):
     return neural_seq.predict_cards(net, data)
 
@@ -101,7 +112,7 @@ def test_models_use_pretrained_weights_and_report_counts():
         assert m.n_params == count and m.parameters() is None
         state = torch.load(neural_seq.pretrain_path(cls.name), weights_only=True)
         for k, v in m.net.state_dict().items():
-            assert torch.equal(v, state[k])
+            assert torch.equal(torch.as_tensor(v), state[k])
     assert GRUP(RunConfig(algo="GRU-P", default=True)).n_params == 0
 
 
@@ -535,9 +546,9 @@ def bce_sum(net, data):
 def test_fine_tuning_lowers_training_loss(cls, user8):
     train = user8.subset(np.arange(2000))
     model = cls(RunConfig(algo=cls.name))
-    before = bce_sum(model.net, train)
+    before = bce_sum(torch_of(model), train)
     model.fit(train)
-    assert bce_sum(model.net, train) < before - 1.0
+    assert bce_sum(torch_of(model), train) < before - 1.0
 
 
 def test_upstream_trainer_keeps_final_epoch_weights(user8):
@@ -561,7 +572,7 @@ def test_upstream_trainer_keeps_final_epoch_weights(user8):
     assert seen["epochs"] == 16
     for k, v in model.net.state_dict().items():
         assert torch.equal(v, seen["final"][k])
-    assert bce_sum(model.net, train) < bce_sum(GRUP(RunConfig(algo="GRU-P")).net, train)
+    assert bce_sum(model.net, train) < bce_sum(torch_of(GRUP(RunConfig(algo="GRU-P"))), train)
 
 
 def test_inadequate_when_every_history_is_too_long(user8):
@@ -575,7 +586,7 @@ def test_saved_weights_predict_identically(tmp_path, user8):
     model.fit(user8.subset(np.arange(800)))
     test = user8.subset(np.arange(800, 1600))
     path = tmp_path / "GRU-P.pth"
-    torch.save(model.net.state_dict(), path)
+    torch.save(torch_of(model).state_dict(), path)
     net = GRUPNet()
     net.load_state_dict(torch.load(path, weights_only=True))
     np.testing.assert_array_equal(neural_seq.predict_cards(net, test), model.predict(test))

@@ -40,7 +40,10 @@ def tasks():
 
 
 def pretrained64(name: str):
-    return MODELS[name]().net.double()
+    """The pretrained torch module (the batched trainer's network; a default per-user model holds a FlatNet)."""
+    cls = MODELS[name]
+    cfg = RunConfig(algo=name)
+    return neural_seq.torch_net(cls.net_class, cls.weights_name(cfg), cls.pretrain_command(cfg)).double()
 
 
 def max_diff(a: dict, b: dict) -> float:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from models import neural_seq
 from models.base import ReviewData
 from models.kernel_math import mish, mish_and_grad, softplus, softplus_grad
-from models.nn17 import NN17Net
+from models.nn17_torch import NN17Net
 from models.nn17_kernels import N_PARAMS
 from test_neural import fit_in_torch, per_target, seeded_net
 
