@@ -5,7 +5,9 @@ order) and trained with the same Trainer as the per-user fine-tune for 32 epochs
 batch 65,536 (the model's own optimizer: AdamW for GRU / GRU-P / Transformer, Adam for NN-17); the final weights are
 saved. Here the trainer is the one-pass-per-card trainer of models/neural_seq.py (`--trainer upstream`: training.py's
 per-target padded batches), and the file is pretrain/<model>[-short].pth, which fine-tuning loads for every user and
-fold. Initial weights: torch seed 42, then the model's own initialisation (orthogonal GRU weights, zero biases).
+fold, plus the same arrays in pretrain/<model>[-short].npz, which the torch-free default runs of GRU, GRU-P and
+NN-17 read (models/card_net.py). Initial weights: torch seed 42, then the model's own initialisation (orthogonal
+GRU weights, zero biases).
 
 Upstream pretrained on users 1–500 of anki-revlogs-10k, which overlap the evaluation users (spec §12.10). Real
 results need that: run this on the real data set (and either exclude the cohort from the evaluation or report it).
