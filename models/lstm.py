@@ -45,25 +45,25 @@ mean(BCE)·B + 0.000244·‖θ_learner − θ‖², clip 7050; the meta "gradien
 after. Upstream: 100,000 outer steps on users 9000–9099; `--epochs` sets the number of outer steps here. Each
 task's inner loop is one compiled call on the fine-tune's kernels (card_fit with `inner_recipe()`, the AdamW state
 carried flat from task to task); `reptile(compiled=False)` steps it in torch (the reference).
+
+This module is torch-free: the data, the recipes, the network's description (LSTMSpec: flat layout of
+models/lstm_kernels.py, input standardisation, features) and its FlatNet twin, which the default run fine-tunes and
+predicts with (models/card_net.py), reading pretrain/LSTM.npz and LSTM_opt.npz (the inner optimizer's flat state).
+The torch module LSTMNet, the torch-stepped fine-tune layouts and Reptile are in models/lstm_torch.py.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from models.base import InadequateData, ReviewData
 from models.card_fit import recipe
-from models.lstm_kernels import lstm_cards_loss
-from models.neural_seq import CardBatch, CardSet, CompiledCardNet, NeuralModel, TORCH_SEED, pretrain_path
+from models.card_net import CardSet, CompiledNet, FlatNet, LazyClass, NeuralModel, pretrain_path
+from models.lstm_kernels import SHAPES, lstm_cards_loss
 
 N_HIDDEN = 20
 N_CURVES = 3
@@ -160,165 +160,65 @@ def lstm_features(data) -> np.ndarray:
     return np.stack([data.seq_secs, data.seq_duration, np.asarray(data.seq_rating, dtype=np.float64)], axis=1)
 
 
-class ResBlock(nn.Module):
-    def __init__(self, module):
-        super().__init__()
-        self.module = module
-
-    def forward(self, x):
-        return self.module(x) + x
-
-
-class RNNWrapper(nn.Module):
-    def __init__(self, module):
-        super().__init__()
-        self.module = module
-
-    def forward(self, x):
-        return self.module(x)[0]
+# state-dict keys of LSTMNet.parameters() in order, one per lstm_kernels.SHAPES entry (same order and shapes)
+_LSTM_KEYS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+TORCH_NAMES = ("process.0.weight", "process.0.bias", "process.2.weight", "process.3.weight", "process.3.bias",
+               "process.5.module.0.weight", *(f"process.5.module.1.module.{n}" for n in _LSTM_KEYS),
+               "process.6.module.0.weight", "process.6.module.0.bias",
+               *(f"process.6.module.1.module.{n}" for n in _LSTM_KEYS),
+               "process.7.module.0.weight", "process.7.module.1.weight", "process.7.module.1.bias",
+               "process.7.module.3.weight", "process.7.module.4.weight", "process.7.module.4.bias",
+               "process.8.weight", "process.9.weight", "process.9.bias",
+               "w_fc.weight", "w_fc.bias", "s_fc.weight", "s_fc.bias", "d_fc.weight", "d_fc.bias")
+BUFFERS = ("input_mean", "input_std")  # the input standardisation, fixed at pretraining (state-dict buffers)
 
 
-class LSTMNet(CompiledCardNet):
-    """Fine-tuned and predicted compiled (models/lstm_kernels.py, float64); the torch methods below are the
-    reference path (tests, `--trainer upstream`, Reptile pretraining)."""
+class LSTMSpec(CompiledNet):
+    """The LSTM's description: the flat layout of models/lstm_kernels.py under the torch module's parameter names,
+    its inputs, and the kernel's constants (the input standardisation, from `normalisation()`)."""
 
     card_loss = lstm_cards_loss
 
-    def __init__(self):
-        super().__init__()
-        H = N_HIDDEN
-        self.register_buffer("input_mean", torch.zeros(2))
-        self.register_buffer("input_std", torch.ones(2))
-        self.process = nn.Sequential(
-            nn.Linear(6, H), nn.SiLU(), nn.LayerNorm(H, bias=False), nn.Linear(H, H), nn.SiLU(),
-            ResBlock(nn.Sequential(nn.LayerNorm(H, bias=False), RNNWrapper(nn.LSTM(H, H, num_layers=1)))),
-            ResBlock(nn.Sequential(nn.LayerNorm(H), RNNWrapper(nn.LSTM(H, H, num_layers=1)))),
-            ResBlock(nn.Sequential(nn.LayerNorm(H, bias=False), nn.Linear(H, H), nn.SiLU(),
-                                   nn.LayerNorm(H, bias=False), nn.Linear(H, H), nn.SiLU())),
-            nn.LayerNorm(H, bias=False), nn.Linear(H, H), nn.SiLU(),
-        )
-        for name, p in self.named_parameters():
-            if "weight_ih" in name or "weight_hh" in name:
-                nn.init.orthogonal_(p.data)
-            elif "bias_ih" in name:
-                p.data[len(p) // 4:len(p) // 2].fill_(1.0)  # forget gate
-        self.w_fc = nn.Linear(H, N_CURVES)
-        self.s_fc = nn.Linear(H, N_CURVES)
-        self.d_fc = nn.Linear(H, N_CURVES)
+    def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [(name, shape) for name, (_, shape) in zip(TORCH_NAMES, SHAPES, strict=True)]
 
-    def n_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+    def normalisation(self) -> tuple[list[float], list[float]]:
+        """(input_mean, input_std) as Python floats."""
+        raise NotImplementedError
 
     def model_consts(self) -> tuple:
         """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std)."""
-        mean, std = self.input_mean.tolist(), self.input_std.tolist()
+        mean, std = self.normalisation()
         return float(mean[0]), float(mean[1]), float(std[0]), float(std[1])
 
-    def encode(self, x: Tensor) -> Tensor:
-        """(Δt days, duration ms, rating) → the 6 inputs: standardised logs and the one-hot rating."""
-        delay = torch.log(1e-5 + x[..., 0:1])
-        dur = torch.log(torch.clamp(x[..., 1:2], min=100, max=60000))
-        main = (torch.cat([delay, dur], dim=-1) - self.input_mean) / self.input_std
-        rating = torch.clamp(x[..., 2], min=1).long() - 1
-        return torch.cat([main, F.one_hot(rating, num_classes=4).to(x.dtype)], dim=-1)
-
-    def out_heads(self, h: Tensor) -> Tensor:
-        """h [..., 20] → [..., 3, 3] = (w, s, d) per curve."""
-        w = torch.softmax(self.w_fc(h), dim=-1)
-        s = torch.exp(torch.clamp(self.s_fc(h), -25, 25))
-        d = torch.exp(torch.clamp(self.d_fc(h), -25, 25))
-        return torch.stack([w, s, d], dim=-2)
-
-    def heads(self, x: Tensor) -> Tensor:
-        """Upstream's forward over padded x [L, B, 3] → [L, B, 3, 3]."""
-        return self.out_heads(self.process(self.encode(x)))
-
-    def process_packed(self, packed: PackedSequence) -> PackedSequence:
-        """`process` over a PackedSequence: the per-position layers run on its data, the two LSTMs on the packed
-        sequences, so no step beyond a card's length is computed."""
-        P = self.process
-        v = P[4](P[3](P[2](P[1](P[0](packed.data)))))
-        for block in (P[5], P[6]):
-            out, _ = block.module[1].module(packed._replace(data=block.module[0](v)))
-            v = out.data + v
-        v = P[10](P[9](P[8](P[7](v))))
-        return packed._replace(data=v)
-
-    @staticmethod
-    def curve(wsd: Tensor, t: Tensor) -> Tensor:
-        w, s, d = wsd[:, 0], wsd[:, 1], wsd[:, 2]
-        return (1 - 1e-7) * torch.sum(w * (1 + t[:, None] / (1e-7 + s)) ** -d, dim=-1)
-
-    # --- card-sequence contract
     def step_features(self, data):
         return lstm_features(data)
 
-    def card_states(self, x, c_steps):
-        """Hidden outputs [L + 1, C, 20] (index k: after k steps), the cards packed by length."""
-        zeros = torch.zeros(1, x.shape[1], N_HIDDEN, dtype=x.dtype)
-        if x.shape[0] == 0:
-            return zeros
-        packed = pack_padded_sequence(self.encode(x), torch.as_tensor(c_steps), enforce_sorted=False)
-        h, _ = pad_packed_sequence(self.process_packed(packed), total_length=x.shape[0])
-        return torch.cat([zeros, h], dim=0)
 
-    def target_p(self, states, batch: CardBatch):
-        return self.curve(self.out_heads(states[batch.t_pos, batch.t_card]), batch.t_dt)
+class LSTMFlat(LSTMSpec, FlatNet):
+    """The LSTM without torch; the state dict's two buffers are kept beside the flat parameters."""
 
-    def forward_padded(self, x: Tensor, lengths: Tensor, dt: Tensor) -> Tensor:
-        """Upstream's per-target layout: x [L, B, 3] each target's own history, zero-padded."""
-        return self.curve(self.heads(x)[lengths - 1, torch.arange(x.shape[1])], dt)
+    def __init__(self, state: dict | None = None):
+        self.buffers = {"input_mean": np.zeros(2, np.float32), "input_std": np.ones(2, np.float32)}
+        super().__init__(state)
 
+    def load_state(self, state: dict) -> None:
+        self.buffers = {k: np.asarray(state[k], dtype=np.float32).copy() for k in BUFFERS}
+        super().load_state({k: v for k, v in state.items() if k not in BUFFERS})
 
-def per_target_batches(data: LSTMData, rows: np.ndarray, batch_size: int, weights: np.ndarray, dtype):
-    """Upstream's BatchDataset(sort_by_length=False) over `rows` in the given order: (x, lengths, dt, y, w)."""
-    r = data.rows
-    starts = r["seq_start"].to_numpy(np.int64)
-    lengths = r["seq_pos"].to_numpy(np.int64)
-    feats = lstm_features(data)
-    out = []
-    for lo in range(0, len(rows), batch_size):
-        sel = rows[lo:lo + batch_size]
-        width = int(lengths[sel].max())
-        cols = np.arange(width)
-        mask = cols[None, :] < lengths[sel][:, None]
-        x = np.where(mask[:, :, None], feats[np.where(mask, starts[sel][:, None] + cols[None, :], 0)], 0.0)
-        out.append((torch.as_tensor(x.transpose(1, 0, 2).copy(), dtype=dtype), torch.as_tensor(lengths[sel]),
-                    torch.as_tensor(r["delta_t"].to_numpy(np.float64)[sel], dtype=dtype),
-                    torch.as_tensor(r["y"].to_numpy(np.float64)[sel], dtype=dtype),
-                    torch.as_tensor(weights[sel], dtype=dtype)))
-    return out
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {**{k: v.copy() for k, v in self.buffers.items()}, **super().state_dict()}
+
+    def normalisation(self):
+        return self.buffers["input_mean"].tolist(), self.buffers["input_std"].tolist()
 
 
 # ----------------------------------------------------------------------------------------------- training
-
-def flat_params(net: nn.Module) -> Tensor:
-    return torch.cat([p.reshape(-1) for p in net.parameters()])
-
-
-def inner_optimizer(net: nn.Module, weight_decay: float, state: dict | None) -> torch.optim.Optimizer:
-    opt = torch.optim.AdamW(net.parameters(), lr=1e9, betas=INNER_BETAS, weight_decay=weight_decay)
-    if state is not None:
-        opt.load_state_dict(copy.deepcopy(state))
-    for group in opt.param_groups:
-        group["weight_decay"] = weight_decay
-    return opt
-
 
 def piecewise_lr(k: int, start: float, middle: float, end: float, warmup: int, total: int) -> float:
     if k < warmup:
         return start + (middle - start) * k / warmup
     return middle + (end - middle) * (k - warmup) / (total - warmup)
-
-
-def _batch_loss(net: LSTMNet, batch, exp: float) -> Tensor:
-    if isinstance(batch, CardBatch):
-        p, y, w = net.predict_batch(batch), batch.t_y, batch.t_w
-    else:
-        x, lengths, dt, y, w = batch
-        p = net.forward_padded(x, lengths, dt)
-    vec = F.binary_cross_entropy(p, y, reduction="none") * w
-    return vec.mean() * vec.shape[0] ** exp
 
 
 def finetune_recipe() -> tuple:
@@ -333,24 +233,9 @@ def finetune_recipe() -> tuple:
                   reg_scale=fp["reg_scale"], clip_norm=fp["clip_norm"])
 
 
-def flat_opt_state(net: nn.Module, opt_state: dict | None) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """A torch AdamW state dict of `net`'s parameters as flat (exp_avg, exp_avg_sq, step) in parameters() order
-    (None: a fresh optimizer)."""
-    if opt_state is None or not opt_state.get("state"):
-        return None
-    states = [opt_state["state"][k] for k in range(len(list(net.parameters())))]
-    steps = {float(st["step"]) for st in states}
-    if len(steps) != 1:
-        raise ValueError(f"LSTM optimizer state: parameters at different steps {sorted(steps)}")
-    flat = lambda key: np.concatenate([st[key].double().numpy().ravel() for st in states])  # noqa: E731
-    return flat("exp_avg"), flat("exp_avg_sq"), int(steps.pop())
-
-
-def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: str = "compiled",
-             batch_size: int = BATCH) -> None:
-    """SB reptile_trainer.finetune (see the module docstring), in place; `layout` "compiled" (one pass per card,
-    the whole loop in one numba call: card_fit.fit_card_groups), "cards" (the same, stepped in torch: the
-    reference) or "targets" (upstream's per-target padded batches)."""
+def finetune_rows(train: ReviewData) -> tuple[np.ndarray, np.ndarray, np.random.RandomState]:
+    """The fine-tune's row weights (recency, mean 1), the rows it trains on (history 1..64) and its shuffle
+    generator; raises InadequateData when no row is left."""
     fp = FINETUNE
     n = len(train)
     x = np.linspace(0, 1, n)
@@ -360,56 +245,17 @@ def finetune(net: LSTMNet, train: ReviewData, opt_state: dict | None, layout: st
     keep &= train.rows["seq_pos"].to_numpy() >= 1
     if not keep.any():
         raise InadequateData("Training data is inadequate.")
-    rng = np.random.RandomState(fp["shuffle_seed"])
-    if layout in ("compiled", "cards"):
-        cards = CardSet(net, train, keep, weights)
-        order = rng.permutation(cards.n_cards)
-        if layout == "compiled":  # the same card order every pass
-            net.fit_compiled(cards, np.tile(order, (fp["passes"], 1)), batch_size, finetune_recipe(),
-                             flat_opt_state(net, opt_state))
-            net.eval()
-            return
-        batches = cards.batches(batch_size, order)
-    else:
-        rows = rng.permutation(n)
-        batches = per_target_batches(train, rows[keep[rows]], batch_size, weights, net.dtype)
-    meta = flat_params(net).detach().clone()
-    opt = inner_optimizer(net, fp["weight_decay"], opt_state)
-    scale = 16000 ** (1.0 - fp["batch_size_exp"])
-    torch.manual_seed(TORCH_SEED)
-    net.train()
-    for k in range(fp["passes"]):
-        lr = scale * piecewise_lr(k, fp["lr_start"], fp["lr_middle"], fp["lr_end"], fp["warmup"], fp["passes"])
-        for group in opt.param_groups:
-            group["lr"] = lr
-        for batch in batches:
-            anchored_step(net, opt, batch, meta, fp)
+    return weights, keep, np.random.RandomState(fp["shuffle_seed"])
+
+
+def finetune_compiled(net: LSTMSpec, train: ReviewData, flat_state: tuple | None, batch_size: int = BATCH) -> None:
+    """SB reptile_trainer.finetune in one compiled call (card_fit.fit_card_groups): whole cards, the same random
+    card order every pass; `flat_state` = the inner optimizer's (exp_avg, exp_avg_sq, step) or None. In place."""
+    weights, keep, rng = finetune_rows(train)
+    cards = CardSet(net, train, keep, weights)
+    order = rng.permutation(cards.n_cards)
+    net.fit_compiled(cards, np.tile(order, (FINETUNE["passes"], 1)), batch_size, finetune_recipe(), flat_state)
     net.eval()
-
-
-def anchored_step(net: "LSTMNet", opt: torch.optim.Optimizer, batch, meta: Tensor, recipe: dict) -> float:
-    """One optimizer step of the fine-tune and of Reptile's inner learner alike: loss = the batch's weighted BCE
-    scaled by B^batch_size_exp + reg_scale·‖θ − meta‖², gradient norm clipped at clip_norm. Returns the loss."""
-    opt.zero_grad()
-    loss = _batch_loss(net, batch, recipe["batch_size_exp"])
-    loss = loss + recipe["reg_scale"] * torch.sum((flat_params(net) - meta) ** 2)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(net.parameters(), recipe["clip_norm"])
-    opt.step()
-    return float(loss.detach())
-
-
-def input_normalisation(users: list[ReviewData]) -> tuple[Tensor, Tensor]:
-    """Mean and (population) std of ln(1e−5 + Δt) and ln(clamp(duration)) over the history of every card's last
-    target, over all training users (SB reptile_trainer.main)."""
-    delay, dur = [], []
-    for d in users:
-        r = d.rows.sort_values("review_th", kind="stable").groupby("seq_start", sort=False).last()
-        for start, pos in zip(r.index.to_numpy(), r["seq_pos"].to_numpy()):
-            delay.append(d.seq_secs[start:start + pos])
-            dur.append(d.seq_duration[start:start + pos])
-    feats = np.stack([np.log(1e-5 + np.concatenate(delay)), np.log(np.clip(np.concatenate(dur), 100, 60000))], 1)
-    return torch.tensor(feats.mean(0), dtype=torch.float32), torch.tensor(feats.std(0), dtype=torch.float32)
 
 
 def inner_recipe(lr: float) -> tuple:
@@ -420,78 +266,29 @@ def inner_recipe(lr: float) -> tuple:
                   reg_scale=rp["reg_scale"], clip_norm=rp["clip_norm"], max_groups=rp["inner_steps"])
 
 
-def torch_opt_state(net: nn.Module, state: tuple[np.ndarray, np.ndarray, int], weight_decay: float) -> dict:
-    """flat_opt_state's inverse: the state dict of inner_optimizer(net) holding (exp_avg, exp_avg_sq, step)."""
-    opt = inner_optimizer(net, weight_decay, None)
-    m, v, step = state
-    if step > 0:
-        k = 0
-        for p in net.parameters():
-            n = p.numel()
-            opt.state[p] = {"step": torch.tensor(float(step)),
-                            "exp_avg": torch.from_numpy(m[k:k + n].copy()).view_as(p).to(p.dtype),
-                            "exp_avg_sq": torch.from_numpy(v[k:k + n].copy()).view_as(p).to(p.dtype)}
-            k += n
-    return opt.state_dict()
 
+def read_opt_state(command: str) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The inner optimizer's flat state from pretrain/LSTM_opt.npz (written by pretrain.py; a .pth alone is read
+    through torch); None for a fresh optimizer (no step taken)."""
+    npz, pth = pretrain_path("LSTM_opt", ".npz"), pretrain_path("LSTM_opt")
+    if npz.exists():
+        with np.load(npz) as f:
+            step = int(f["step"])
+            return (f["exp_avg"].astype(np.float64), f["exp_avg_sq"].astype(np.float64), step) if step else None
+    if pth.exists():
+        import torch
 
-def reptile(net: LSTMNet, users: list[ReviewData], outer_steps: int, log=None, compiled: bool = True) -> dict:
-    """SB reptile_trainer.train with whole-card batches; returns the inner optimizer's state dict. `compiled`: each
-    task's inner loop is one compiled call (card_fit with inner_recipe()); otherwise stepped by torch (the
-    reference). The outer AdamW step is torch's in both."""
-    rp = REPTILE
-    mean, std = input_normalisation(users)
-    net.input_mean.copy_(mean)
-    net.input_std.copy_(std)
-    gen = torch.Generator().manual_seed(rp["seed"])
-    tasks = []
-    for d in users:
-        keep = (d.rows["seq_pos"].to_numpy() <= 64) & (d.rows["seq_pos"].to_numpy() >= 1)
-        tasks.append(CardSet(net, d, keep))
-    outer = torch.optim.AdamW(net.parameters(), lr=rp["outer_lr"], betas=(0.9, 0.999),
-                              weight_decay=rp["outer_weight_decay"])
-    warm = max(1, int(outer_steps * rp["warmup_fraction"]))
-    sched = torch.optim.lr_scheduler.SequentialLR(outer, [
-        torch.optim.lr_scheduler.LinearLR(outer, start_factor=1e-4, end_factor=1.0, total_iters=warm),
-        torch.optim.lr_scheduler.CosineAnnealingLR(outer, T_max=max(1, outer_steps - warm))], milestones=[warm])
-    state = inner_optimizer(net, rp["inner_weight_decay"], None).state_dict()
-    flat_state = None
-    for it in range(1, outer_steps + 1):
-        cards = tasks[it % len(tasks)]
-        learner = copy.deepcopy(net)
-        lr = rp["lr"] * min(1.0, it / warm)
-        loss = float("nan")
-        order = torch.randperm(cards.n_cards, generator=gen).numpy()
-        if compiled:
-            flat_state = learner.fit_compiled(cards, order[None, :], BATCH, inner_recipe(lr), flat_state)
-        else:
-            opt = inner_optimizer(learner, rp["inner_weight_decay"], state)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            meta = flat_params(net).detach().clone()
-            learner.train()
-            for k, batch in enumerate(cards.batches(BATCH, order)):
-                if k >= rp["inner_steps"]:
-                    break
-                loss = anchored_step(learner, opt, batch, meta, rp)
-            state = copy.deepcopy(opt.state_dict())
-        outer.zero_grad()
-        for p, q in zip(net.parameters(), learner.parameters()):
-            p.grad = (p.data - q.data).clone()
-        outer.step()
-        sched.step()
-        if log is not None and it % max(1, outer_steps // 10) == 0:
-            log(f"outer step {it}/{outer_steps}" + ("" if compiled else f": last inner loss {loss:.4f}"))
-    if compiled and flat_state is not None:
-        return torch_opt_state(net, flat_state, rp["inner_weight_decay"])
-    return state
+        from models.lstm_torch import LSTMNet, flat_opt_state
 
+        return flat_opt_state(LSTMNet(), torch.load(pth, map_location="cpu", weights_only=True))
+    raise FileNotFoundError(f"pretrained optimizer state {pth} not found; make it with: {command}")
 
 # ----------------------------------------------------------------------------------------------- the Model
 
 class LSTM(NeuralModel):
     name = "LSTM"
-    net_class = LSTMNet
+    net_class = LazyClass("models.lstm_torch:LSTMNet")
+    flat_class = LSTMFlat
     builtin_flags = ("secs", "duration", "equalize_test_with_non_secs")  # its published mode, always on
 
     @classmethod
@@ -509,8 +306,13 @@ class LSTM(NeuralModel):
 
         return attach_sequences(data, load_revlogs(root, user_id))
 
-    def new_net(self) -> LSTMNet:
+    def new_net(self):
         net = super().new_net()
+        if self.torch_free():
+            self.opt_flat = read_opt_state(self.pretrain_command(self.cfg))
+            return net
+        import torch
+
         path = pretrain_path("LSTM_opt")
         if not path.exists():
             raise FileNotFoundError(f"pretrained optimizer state {path} not found; make it with: "
@@ -524,14 +326,21 @@ class LSTM(NeuralModel):
         data = equalized_train(train)
         if len(data) == 0:
             raise InadequateData("no training rows")
+        if self.torch_free():
+            finetune_compiled(self.net, data, self.opt_flat)
+            return self
+        from models.lstm_torch import finetune
+
         layout = "compiled" if getattr(self.cfg, "trainer", "fast") == "fast" else "targets"
         finetune(self.net, data, self.opt_state, layout)
         return self
 
     @staticmethod
-    def pretrain_users(net: LSTMNet, users: list[ReviewData], *, n_epoch: int, out: Path, log=print) -> LSTMNet:
-        """Reptile (n_epoch = outer steps); writes the inner optimizer state next to the weights."""
+    def pretrain_users(net, users: list[ReviewData], *, n_epoch: int, out: Path, log=print):
+        """Reptile (n_epoch = outer steps); writes the inner optimizer state next to the weights (.pth, and its
+        flat arrays as .npz for the torch-free runs)."""
+        from models.lstm_torch import reptile, save_opt_state
+
         state = reptile(net, users, n_epoch, log)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(state, out.with_name(out.stem + "_opt.pth"))
+        save_opt_state(net, state, out.with_name(out.stem + "_opt.pth"))
         return net

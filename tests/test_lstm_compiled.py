@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import lstm, lstm_kernels, neural_seq
-from models.lstm import LSTMData, LSTMNet, finetune, inner_optimizer, per_target_batches, reptile
+from models import lstm, lstm_kernels, lstm_torch, neural_seq
+from models.lstm import LSTMData
+from models.lstm_torch import LSTMNet, finetune, inner_optimizer, per_target_batches, reptile
 from test_neural import seeded_net
 
 torch.set_num_threads(1)
@@ -138,7 +139,7 @@ def test_compiled_reptile_equals_torch_inner_loop(user8_lstm, monkeypatch):
     """Reptile with each task's inner loop compiled equals the inner loop stepped by torch.optim.AdamW (anchored
     steps, the AdamW state carried from task to task): 4 outer steps over two "users" (halves of user 8), at most 2
     inner groups per task (groups of 300 targets, so the limit bites); the weights and the returned state."""
-    monkeypatch.setattr(lstm, "BATCH", 300)
+    monkeypatch.setattr(lstm_torch, "BATCH", 300)  # reptile reads it there
     monkeypatch.setitem(lstm.REPTILE, "inner_steps", 2)
     users = [user8_lstm.subset(np.arange(0, 900)), user8_lstm.subset(np.arange(900, 1800))]
     nets, states = [], []
@@ -148,7 +149,7 @@ def test_compiled_reptile_equals_torch_inner_loop(user8_lstm, monkeypatch):
         nets.append(net)
     np.testing.assert_allclose(nets[0].theta(), nets[1].theta(), rtol=0, atol=1e-8)
     assert np.abs(nets[0].theta() - net_for(9).theta()).max() > 1e-3
-    got, ref = lstm.flat_opt_state(nets[0], states[0]), lstm.flat_opt_state(nets[1], states[1])
+    got, ref = lstm_torch.flat_opt_state(nets[0], states[0]), lstm_torch.flat_opt_state(nets[1], states[1])
     assert got[2] == ref[2] == 8  # 4 tasks × 2 inner steps
     np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=1e-8)
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-8, atol=1e-14)

@@ -22,7 +22,8 @@ from models.gru_p import FACTOR, GRU, GRUP
 from models.gru_torch import GRUNet, GRUPNet
 from models.nn17 import NN17
 from models.nn17_torch import NN17Net
-from models.lstm import LSTM, LSTMData, LSTMNet, attach_sequences, equalized_train, per_target_batches
+from models.lstm import LSTM, LSTMData, attach_sequences, equalized_train
+from models.lstm_torch import LSTMNet, per_target_batches
 from models.transformer import Transformer, TransformerNet, predict_windows
 from runner import read_results, run
 
@@ -514,9 +515,9 @@ def test_lstm_finetune_lowers_training_loss(user8_lstm, trainer):
             return float(sum(neural_seq.batch_loss(net, b) for b in
                              neural_seq.card_batches(net, train, 8192, train.rows["seq_pos"].to_numpy() <= 64)))
 
-    before = loss(model.net)
+    before = loss(torch_of(model))
     model.fit(train)
-    assert loss(model.net) < before - 1.0
+    assert loss(torch_of(model)) < before - 1.0
 
 
 def test_card_batches_group_whole_cards_and_drop_long_histories():
@@ -602,6 +603,9 @@ def test_pretrain_cli_writes_loadable_weights(tmp_path):
     fresh = {k: v.clone() for k, v in net.state_dict().items()}
     net.load_state_dict(torch.load(out, weights_only=True))
     assert any(not torch.equal(v, fresh[k]) for k, v in net.state_dict().items())
+    with np.load(out.with_suffix(".npz")) as npz:  # the torch-free runs' copy
+        assert sorted(npz.files) == sorted(net.state_dict())
+        assert all(np.array_equal(npz[k], v.numpy()) for k, v in net.state_dict().items())
 
 
 def test_pretrain_cli_lstm_writes_weights_and_optimizer_state(tmp_path):
@@ -616,6 +620,9 @@ def test_pretrain_cli_lstm_writes_weights_and_optimizer_state(tmp_path):
     net.load_state_dict(torch.load(out, weights_only=True))
     state = torch.load(tmp_path / "LSTM_opt.pth", weights_only=True)
     assert {float(st["step"]) for st in state["state"].values()} == {2.0}  # one inner step per outer step here
+    with np.load(tmp_path / "LSTM_opt.npz") as npz:  # the torch-free runs' flat copy
+        assert int(npz["step"]) == 2 and len(npz["exp_avg"]) == net.n_params()
+    assert (tmp_path / "LSTM.npz").exists()
 
 
 # ----------------------------------------------------------------------------------------------- runs

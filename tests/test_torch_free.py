@@ -1,4 +1,4 @@
-"""GRU, GRU-P (and -short) and NN-17 run without torch by default (models/card_net.py's FlatNet twins): the process
+"""GRU, GRU-P (and -short), NN-17 and the LSTM run without torch by default (models/card_net.py's FlatNet twins): the process
 never imports torch, the shipped .npz weights equal the .pth state dicts, each description's flat layout is its torch
 module's parameters() order, and the torch-free fine-tune + prediction equals the torch module's on a real user."""
 
@@ -19,7 +19,7 @@ from models import neural_seq
 from models.card_net import FlatNet, epoch_orders
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAT_ROWS = [("GRU", False), ("GRU-P", False), ("GRU-P", True), ("NN-17", False)]
+FLAT_ROWS = [("GRU", False), ("GRU-P", False), ("GRU-P", True), ("NN-17", False), ("LSTM", False)]
 
 
 def weights_names() -> list[str]:
@@ -37,7 +37,18 @@ def test_shipped_npz_equals_pth(name):
             np.testing.assert_array_equal(npz[k], v.numpy())
 
 
-@pytest.mark.parametrize("algo", ["GRU", "GRU-P", "NN-17"])
+def test_shipped_lstm_optimizer_npz_equals_pth():
+    """LSTM_opt.npz: the inner AdamW state of LSTM_opt.pth, flat in parameters() order (float32, its step)."""
+    from models.lstm_torch import LSTMNet, flat_opt_state
+
+    m, v, step = flat_opt_state(LSTMNet(), torch.load(ROOT / "pretrain" / "LSTM_opt.pth", weights_only=True))
+    with np.load(ROOT / "pretrain" / "LSTM_opt.npz") as npz:
+        assert int(npz["step"]) == step > 0
+        np.testing.assert_array_equal(npz["exp_avg"].astype(np.float64), m)
+        np.testing.assert_array_equal(npz["exp_avg_sq"].astype(np.float64), v)
+
+
+@pytest.mark.parametrize("algo", ["GRU", "GRU-P", "NN-17", "LSTM"])
 def test_description_is_the_torch_layout(algo):
     """param_shapes() (the flat layout the kernels read) is the torch module's named_parameters() in order."""
     cls = models.model_class(algo)
@@ -60,7 +71,7 @@ def test_flat_net_stores_float32_like_torch():
     np.testing.assert_array_equal(flat.theta(), torch.from_numpy(theta).float().double().numpy())
 
 
-@pytest.mark.parametrize("algo,short", FLAT_ROWS)
+@pytest.mark.parametrize("algo,short", FLAT_ROWS[:4])
 def test_flat_fit_and_predict_equal_torch_module(algo, short):
     """The default (torch-free) model and the same recipe on the torch module, on embedded user 3: equal
     predictions after the fine-tune, bit for bit."""
@@ -98,7 +109,7 @@ def test_missing_npz_falls_back_to_pth_and_then_names_the_command(tmp_path, monk
 def test_cli_run_never_imports_torch_and_writes_the_torch_results(tmp_path, algo, short):
     """other.py's command line in a fresh process (one embedded user): torch is never imported; the result lines
     equal those of the same run (same compiled trainer) on the torch modules (NeuralModel.torch_free patched off)."""
-    args = ["--model", algo, "--users", "2", "--processes", "1", "--quiet", "--data", str(EMBEDDED_DATA)]
+    args = ["--model", algo, "--users", "3" if algo == "LSTM" else "2", "--processes", "1", "--quiet", "--data", str(EMBEDDED_DATA)]
     args += ["--short"] if short else []
     name = algo + ("-short" if short else "")
     code = ("import sys, runner, models\n"
