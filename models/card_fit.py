@@ -5,7 +5,7 @@ runs per optimizer step.
 A network supplies `card_loss(model, layout, cards, theta, want, grad, p_out) -> Σ weight·BCE`, an @njit function
 over the targets of the given cards: it writes each target's P(recall) to p_out[target] and, with `want`, ADDS the
 gradient to grad (flat, like theta). `model` is the network's own tuple of constants; `layout` is
-neural_seq.CardSet.layout(): (feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w) — card c's
+card_net.CardSet.layout(): (feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w) — card c's
 step inputs are rows c_start[c] .. c_start[c] + c_steps[c] − 1 of feats, its targets the entries c_tfirst[c] ..
 c_tfirst[c] + c_count[c] − 1 of the t_* arrays (history length, elapsed time, last history rating, label, weight).
 feats may have any number of columns (the LSTM's: fractional interval, duration, rating).

@@ -10,7 +10,7 @@ and every parameter conversion costs tens of microseconds over ~12,000 steps per
   (`predict_batch`, tests).
 All are tested equal (1e-6) to torch's nn.GRU run upstream's way, one padded history per target.
 
-The card layout is neural_seq.CardSet.layout() (models/card_fit.py describes it). Parameters are passed flat
+The card layout is card_net.CardSet.layout() (models/card_fit.py describes it). Parameters are passed flat
 (w_ih, w_hh, b_ih, b_hh, fc_w, fc_b concatenated; `unflatten` makes the views).
 """
 
