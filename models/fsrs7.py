@@ -170,10 +170,10 @@ def curve(w, state, t):
 def clip(w):
     """The bounds that depend on other parameters, applied in upstream's order after the LOWER/UPPER box."""
     w = w.clone()
-    for k in (1, 2, 3):
-        w[k] = w[k].clamp(float(w[k - 1]), INIT_S_MAX)
-    w[28] = w[28].clamp(float(w[27]), 0.95)
-    w[30] = w[30].clamp(float(w[29]), 0.99)
+    for k in (1, 2, 3):  # clamp(x, lo, hi) = min(max(x, lo), hi), the lower bound a tensor (so that it traces)
+        w[k] = w[k].clamp(min=w[k - 1]).clamp(max=INIT_S_MAX)
+    w[28] = w[28].clamp(min=w[27]).clamp(max=0.95)
+    w[30] = w[30].clamp(min=w[29]).clamp(max=0.99)
     return w
 
 
