@@ -289,19 +289,23 @@ def initial_weights(train: ReviewData, cfg=None) -> list[float]:
 
 # ----------------------------------------------------------------------------------------- the model
 
-def _engine():
-    """The card-major autograd engine (models/autograd_engine.py) for this module: one pass per card."""
+def _engine(cfg=None):
+    """The engine for this module: its generated compiled plug-in (models/traced.py), or the card-major autograd
+    engine (models/autograd_engine.py) with `--trainer autograd` or when tracing fails (one stderr line)."""
     import sys
 
-    from models.autograd_engine import AutogradEngine
+    from models.autograd_engine import Recipe
+    from models.traced import engine_for
 
-    return AutogradEngine(sys.modules[__name__])
+    return engine_for(sys.modules[__name__], recipe=Recipe.from_dict(RECIPE),
+                      trainer=getattr(cfg, "trainer", "fast"), device=getattr(cfg, "device", "cpu"), label=NAME)
 
 
 class FSRS7(Model):
     """FSRS-7 and FSRS-7 recency (--recency); --default (0 parameters) and --S0 (S0 + curve search, 12) too."""
 
     name = NAME
+    autograd = True  # `--trainer autograd` runs the equations on the autograd engine instead of the traced plug-in
     accepts_secs = True  # the general --secs feature pipeline: fractional intervals, same-day targets
     # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's
     # `--short --secs --equalize_test_with_non_secs` (--short through config.ALWAYS_SHORT)
@@ -325,12 +329,12 @@ class FSRS7(Model):
         if self.cfg.S0:
             self.w = w_init
             return self
-        w = _engine().fit(w_init, train, self.cfg, RECIPE, w_init=w_init, sigma=SIGMA)
+        w = _engine(self.cfg).fit(w_init, train, self.cfg, RECIPE, w_init=w_init, sigma=SIGMA)
         self.w = [float(x) for x in w]
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:
-        return _engine().predict(self.w, test)
+        return _engine(self.cfg).predict(self.w, test)
 
     def parameters(self) -> list[float]:
         return [round(float(x), 6) for x in self.w]

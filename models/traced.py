@@ -811,9 +811,26 @@ def _fn(module, name: str):
     return getattr(module, f"torch_{name}", None) or getattr(module, name, None)
 
 
+_TOLD: set = set()
+_COMPILED: dict = {}
+
+
 def compile_module(module, n_w: int | None = None, use_clip: bool = True) -> str:
     """The name of the generated plug-in module for a contract module (imported and registered in sys.modules),
     or TraceError. Written once per content into the engine directory (seq_engine._engine_dir())."""
+    key = (id(module), n_w, use_clip)
+    if key not in _COMPILED:
+        try:
+            _COMPILED[key] = (module, _compile_module(module, n_w, use_clip))  # the module kept: its id stays
+        except TraceError as exc:
+            _COMPILED[key] = (module, exc)
+    result = _COMPILED[key][1]
+    if isinstance(result, TraceError):
+        raise result
+    return result
+
+
+def _compile_module(module, n_w, use_clip) -> str:
     from models.seq_engine import _engine_dir
 
     n_w = len(module.DEFAULT_W) if n_w is None else n_w
@@ -914,7 +931,9 @@ def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast
             except TraceError as exc:
                 why = str(exc)
         name = label or getattr(module, "NAME", None) or getattr(module, "__name__", "model")
-        print(f"{name}: autograd engine ({why})", file=sys.stderr)
+        if (name, why) not in _TOLD:  # once per process
+            _TOLD.add((name, why))
+            print(f"{name}: trained on the autograd engine ({why})", file=sys.stderr)
     return AutogradEngine(module, lower, upper, device=device if device not in (None, "cpu") else None)
 
 
