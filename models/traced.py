@@ -370,6 +370,12 @@ def _where(c, a, b) -> Proxy:
     if c.kind != "b":
         raise TraceError("torch.where with a non-boolean condition")
     dtype = _promote([(a.kind, a.prio), (b.kind, b.prio)])
+    if dtype == "f4":  # torch.where(c, 0.5, 1.0): float32 values, exact only when both numbers are float32's
+        for x in (a, b):
+            op, _, attr, _, _ = x.node
+            if op != "const" or float(np.float32(attr[1])) != attr[1]:
+                raise TraceError("torch.where computed in float32 (two Python numbers or float32 values); "
+                                 "make a branch float64")
     return g.add("where", (c.id, a.id, b.id), None, dtype, max(1, c.prio, a.prio, b.prio))
 
 

@@ -190,6 +190,8 @@ def test_pow_with_base_and_exponent_zero_equals_torch():
     ("return (w[0] * float(state[0].mean()) + t,)", "mean"),
     ("return (state[0] if bool(g > 2) else w[0] * t,)", "control flow"),
     ("return (state[0] + g * 0.5,)", "float32"),
+    ("return (state[0] * torch.where(g > 1, 1.0, 0.3),)", "float32"),
+    ("return (w[0] * g.float() + state[0],)", "float32"),
 ])
 def test_untraceable_ops_raise_trace_error_naming_the_op(body, op):
     src = f"def step(w, state, t, g):\n    {body}\n"
