@@ -243,3 +243,21 @@ def test_the_project_hook_leaves_an_existing_models_fit_bit_identical(tmp_path, 
     assert "project(w)" not in open(model.engine.k.__file__, encoding="utf-8").read().split("def adam_fit")[1]
     assert np.abs(a - np.array(w_init)).max() > 1e-2
     assert np.array_equal(a, b)
+
+
+def test_a_whole_run_of_a_model_file_equals_its_autograd_run(tmp_path):
+    """`other.py --model examples/exp4.py` (the traced plug-in) vs `--trainer autograd` on upstream-check user 12:
+    the same size, metrics and parameters in the result lines."""
+    from check_users import CHECK
+    from runner import read_results, run
+
+    lines = {}
+    for trainer in ("fast", "autograd"):
+        cfg = RunConfig(algo="examples/exp4.py", data=CHECK, users=[12], processes=1, result_dir=tmp_path,
+                        quiet=True, trainer=trainer)
+        assert run(cfg).exit_code == 0
+        lines[trainer] = read_results(tmp_path / f"{cfg.name}.jsonl")[0][0]
+    fast, auto = lines["fast"], lines["autograd"]
+    assert fast["size"] == auto["size"] == 3055
+    assert fast["metrics"] == auto["metrics"]
+    np.testing.assert_allclose(fast["parameters"]["0"], auto["parameters"]["0"], rtol=0, atol=2e-6)
