@@ -968,23 +968,22 @@ class CompiledOwnEngine:
 
 def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast", device=None, label=None):
     """The engine a contract model trains on: the generated plug-in on SeqEngine when the model traces and its
-    recipe runs there, else the autograd engine (with one stderr line saying why). `trainer="autograd"` forces
-    the autograd engine, as does a device other than the CPU."""
+    recipe runs there, else the autograd engine (one stderr line saying why when it did not trace).
+    `trainer="autograd"` forces the autograd engine, as does a device other than the CPU."""
     from models.autograd_engine import AutogradEngine
 
     if trainer != "autograd" and (device in (None, "cpu")):
         why = recipe_runs_compiled(recipe) if recipe is not None else None
         if why is None and recipe is not None and callable(recipe.prior_weight):
             why = "callable prior_weight"
-        if why is None:
+        if why is None:  # a recipe the compiled trainer lacks (L-BFGS, AdamW) is a choice: no message for it
             try:
                 return CompiledOwnEngine(module, lower, upper)
             except TraceError as exc:
-                why = str(exc)
-        name = label or getattr(module, "NAME", None) or getattr(module, "__name__", "model")
-        if (name, why) not in _TOLD:  # once per process
-            _TOLD.add((name, why))
-            print(f"{name}: trained on the autograd engine ({why})", file=sys.stderr)
+                name = label or getattr(module, "NAME", None) or getattr(module, "__name__", "model")
+                if (name, str(exc)) not in _TOLD:  # once per process
+                    _TOLD.add((name, str(exc)))
+                    print(f"{name}: trained on the autograd engine ({exc})", file=sys.stderr)
     return AutogradEngine(module, lower, upper, device=device if device not in (None, "cpu") else None)
 
 
