@@ -297,8 +297,8 @@ def _engine(cfg=None):
     from models.autograd_engine import Recipe
     from models.traced import engine_for
 
-    return engine_for(sys.modules[__name__], recipe=Recipe.from_dict(RECIPE),
-                      trainer=getattr(cfg, "trainer", "fast"), device=getattr(cfg, "device", "cpu"), label=NAME)
+    return engine_for(sys.modules[__name__], recipe=Recipe.from_dict(RECIPE), trainer=getattr(cfg, "trainer", "fast"),
+                      label=NAME)  # on the CPU, as before (its autograd engine never took --device)
 
 
 class FSRS7(Model):
