@@ -261,3 +261,9 @@ def test_a_whole_run_of_a_model_file_equals_its_autograd_run(tmp_path):
     assert fast["size"] == auto["size"] == 3055
     assert fast["metrics"] == auto["metrics"]
     np.testing.assert_allclose(fast["parameters"]["0"], auto["parameters"]["0"], rtol=0, atol=2e-6)
+
+
+def test_fsrs7_trains_on_its_traced_plugin_unless_told_otherwise():
+    f7 = importlib.import_module("models.fsrs7")
+    assert isinstance(f7._engine(RunConfig(algo="FSRS-7")), CompiledOwnEngine)
+    assert isinstance(f7._engine(RunConfig(algo="FSRS-7", trainer="autograd")), AutogradEngine)
