@@ -10,7 +10,8 @@ set. Each trainer fits it in this process with one torch thread; the time is the
 included where the model has one). "loss" is the mean BCE of the fitted weights on the held-out last 1/6, computed
 by the model itself, so equal trainers print equal losses.
 
-Trainers per model:
+Trainers per model ("traced": the compiled engine on the plug-in models/traced.py generates from the same torch
+functions, no hand-written gradient; its one-off numba compile is done by the warm-up, outside the timings):
 - FSRS-5, HLR: `--trainer autograd` (models/autograd_engine.py on the module's torch_init/step/curve), `--trainer
   upstream` (training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
   default compiled engine (hand-written numba VJPs).
@@ -73,7 +74,24 @@ def trainers(name: str, train, test):
                 return lambda: model.predict(test)
             return run
 
-        return [("autograd", autograd), ("upstream", per_model("upstream")), ("compiled", per_model("fast"))]
+        def traced():  # the same fit as autograd(), on the plug-in generated from TorchSteps (models/traced.py)
+            import types
+
+            from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
+            from models.fsrs_init import initialize_s0
+            from models.traced import CompiledOwnEngine
+
+            decay = DEFAULT_W[20]
+            s0 = initialize_s0(train.rows, lambda t, s: forgetting_curve(t, s, decay), DEFAULT_W[:4], S_MIN)
+            w_init = list(s0) + DEFAULT_W[4:]
+            module = types.SimpleNamespace(DEFAULT_W=DEFAULT_W, init=TorchSteps.init, step=TorchSteps.step,
+                                           curve=TorchSteps.curve)
+            engine = CompiledOwnEngine(module, CLIP_LO, CLIP_HI)
+            w = engine.fit(w_init, train, RunConfig(algo="FSRS-6"), w_init=w_init, sigma=SIGMA)
+            return lambda: fsrs6.predict(w, test)
+
+        return [("autograd", autograd), ("traced", traced), ("upstream", per_model("upstream")),
+                ("compiled", per_model("fast"))]
 
     def per_trainer(trainer):
         def run():
@@ -81,9 +99,21 @@ def trainers(name: str, train, test):
             return lambda: model.predict(test)
         return run
 
-    if name == "SBD":
+    def traced():  # the compiled engine on the plug-in generated from the module's torch functions
+        import importlib
+
+        from models.seq_engine import SeqEngine
+        from models.traced import compile_module
+
+        model = models.model_class(name)(RunConfig(algo=name))
+        plugin = compile_module(importlib.import_module(model.kernels), n_w=len(model.default_w))
+        model.engine = SeqEngine(plugin, model.lower, model.upper)
+        model.fit(train)
+        return lambda: model.predict(test)
+
+    if name == "SBD":  # full-batch L-BFGS: no traced column (the compiled trainer is Adam)
         return [("autograd", per_trainer("fast")), ("upstream", per_trainer("upstream"))]
-    return [("autograd", per_trainer("autograd")), ("upstream", per_trainer("upstream")),
+    return [("autograd", per_trainer("autograd")), ("traced", traced), ("upstream", per_trainer("upstream")),
             ("compiled", per_trainer("fast"))]
 
 
@@ -116,13 +146,18 @@ def warm(names: list[str]) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| reviews | model | train rows | autograd (s) | upstream-style (s) | upstream / autograd | compiled (s) "
-             "| held-out loss autograd / upstream / compiled |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| reviews | model | train rows | autograd (s) | traced (s) | upstream-style (s) | upstream / autograd "
+             "| upstream / traced | compiled (s) | held-out loss autograd / traced / upstream / compiled |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         compiled = f"{r['compiled']:.2f}" if "compiled" in r else "—"
-        losses = " / ".join(f"{r[k + ' loss']:.4f}" for k in ("autograd", "upstream", "compiled") if k in r)
-        lines.append(f"| {r['size']:,} | {r['model']} | {r['train rows']:,} | {r['autograd']:.2f} | "
-                     f"{r['upstream']:.2f} | {r['upstream'] / r['autograd']:.2f}× | {compiled} | {losses} |")
+        traced = f"{r['traced']:.2f}" if "traced" in r else "—"
+        ratio = f"{r['upstream'] / r['traced']:.1f}×" if "traced" in r else "—"
+        losses = " / ".join(f"{r[k + ' loss']:.4f}" for k in ("autograd", "traced", "upstream", "compiled")
+                            if k in r)
+        lines.append(f"| {r['size']:,} | {r['model']} | {r['train rows']:,} | {r['autograd']:.2f} | {traced} | "
+                     f"{r['upstream']:.2f} | {r['upstream'] / r['autograd']:.2f}× | {ratio} | {compiled} | "
+                     f"{losses} |")
     return "\n".join(lines)
 
 

@@ -170,10 +170,10 @@ def curve(w, state, t):
 def clip(w):
     """The bounds that depend on other parameters, applied in upstream's order after the LOWER/UPPER box."""
     w = w.clone()
-    for k in (1, 2, 3):
-        w[k] = w[k].clamp(float(w[k - 1]), INIT_S_MAX)
-    w[28] = w[28].clamp(float(w[27]), 0.95)
-    w[30] = w[30].clamp(float(w[29]), 0.99)
+    for k in (1, 2, 3):  # clamp(x, lo, hi) = min(max(x, lo), hi), the lower bound a tensor (so that it traces)
+        w[k] = w[k].clamp(min=w[k - 1]).clamp(max=INIT_S_MAX)
+    w[28] = w[28].clamp(min=w[27]).clamp(max=0.95)
+    w[30] = w[30].clamp(min=w[29]).clamp(max=0.99)
     return w
 
 
@@ -289,19 +289,23 @@ def initial_weights(train: ReviewData, cfg=None) -> list[float]:
 
 # ----------------------------------------------------------------------------------------- the model
 
-def _engine():
-    """The card-major autograd engine (models/autograd_engine.py) for this module: one pass per card."""
+def _engine(cfg=None):
+    """The engine for this module: its generated compiled plug-in (models/traced.py), or the card-major autograd
+    engine (models/autograd_engine.py) with `--trainer autograd` or when tracing fails (one stderr line)."""
     import sys
 
-    from models.autograd_engine import AutogradEngine
+    from models.autograd_engine import Recipe
+    from models.traced import engine_for
 
-    return AutogradEngine(sys.modules[__name__])
+    return engine_for(sys.modules[__name__], recipe=Recipe.from_dict(RECIPE), trainer=getattr(cfg, "trainer", "fast"),
+                      label=NAME)  # on the CPU, as before (its autograd engine never took --device)
 
 
 class FSRS7(Model):
     """FSRS-7 and FSRS-7 recency (--recency); --default (0 parameters) and --S0 (S0 + curve search, 12) too."""
 
     name = NAME
+    autograd = True  # `--trainer autograd` runs the equations on the autograd engine instead of the traced plug-in
     accepts_secs = True  # the general --secs feature pipeline: fractional intervals, same-day targets
     # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's
     # `--short --secs --equalize_test_with_non_secs` (--short through config.ALWAYS_SHORT)
@@ -325,12 +329,12 @@ class FSRS7(Model):
         if self.cfg.S0:
             self.w = w_init
             return self
-        w = _engine().fit(w_init, train, self.cfg, RECIPE, w_init=w_init, sigma=SIGMA)
+        w = _engine(self.cfg).fit(w_init, train, self.cfg, RECIPE, w_init=w_init, sigma=SIGMA)
         self.w = [float(x) for x in w]
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:
-        return _engine().predict(self.w, test)
+        return _engine(self.cfg).predict(self.w, test)
 
     def parameters(self) -> list[float]:
         return [round(float(x), 6) for x in self.w]

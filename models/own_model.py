@@ -24,9 +24,13 @@ a card's first review); every function is vectorised over a batch of B cards and
 no hand-written gradient. The functions may also be spelled torch_init / torch_step / torch_curve (the existing
 engine plug-ins, models/hlr.py, models/fsrs_v5.py, ..., carry those next to their numba kernels).
 
-Training and prediction run on the card-major autograd engine (models/autograd_engine.py): a batch is whole cards,
-one forward pass yields every target's prediction, autograd the gradient; by default with upstream's Trainer recipe
-(Adam 4e-2, cosine schedule, 5 epochs, batches of >= 512 targets, best checkpoint), any RECIPE key overriding it.
+Training and prediction run on the compiled engine through a plug-in generated from the file (models/traced.py:
+the functions are traced with proxies, differentiated by torch's own derivative rules and written out as numba)
+when the file traces and its RECIPE is Adam; otherwise (an op the tracer refuses, AdamW, L-BFGS, `--trainer
+autograd`, a GPU device) on the card-major autograd engine (models/autograd_engine.py), with one stderr line
+saying why. Both compute the same numbers: a batch is whole cards, one forward pass yields every target's
+prediction, and the gradient is the chain rule through it; by default with upstream's Trainer recipe (Adam 4e-2,
+cosine schedule, 5 epochs, batches of >= 512 targets, best checkpoint), any RECIPE key overriding it.
 `--trainer upstream` runs the same functions through training.py's per-target trainer instead (for comparison).
 
 Loading: `load(path)` imports the file (importlib, under a name unique to its path) and checks the contract;
@@ -158,7 +162,13 @@ class OwnModel(Model):
         self.w = list(self.default_w)
         self.n_params = 0 if cfg.default else n
         device = getattr(cfg, "device", "cpu")
-        self.engine = AutogradEngine(mod, self.lower, self.upper, device=device if device != "cpu" else None)
+        if getattr(cfg, "trainer", "fast") == "upstream" or cfg.default:
+            self.engine = AutogradEngine(mod, self.lower, self.upper, device=device if device != "cpu" else None)
+        else:  # the generated compiled plug-in when the file traces (models/traced.py), else the autograd engine
+            from models.traced import engine_for
+
+            self.engine = engine_for(mod, self.lower, self.upper, self.recipe, trainer=cfg.trainer, device=device,
+                                     label=self.name)
 
     def initial_weights(self, train: ReviewData) -> list[float]:
         hook = getattr(self.module, "initial_weights", None)

@@ -118,6 +118,7 @@ def instantiate(model_module: str):
         binding += ", precompute, precompute_vjp"
     else:  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
+    binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module
     return module
@@ -198,7 +199,12 @@ class SeqEngine:
         return w
 
     def clip(self, w) -> np.ndarray:
-        return np.minimum(np.maximum(np.asarray(w, dtype=np.float64), self.lower), self.upper)
+        """The LOWER/UPPER box, then the model's own `project` (bounds on other parameters) when it has one."""
+        w = np.minimum(np.maximum(np.asarray(w, dtype=np.float64), self.lower), self.upper)
+        project = getattr(importlib.import_module(self.model_module), "project", None)
+        if project is not None:
+            project(w)
+        return w
 
     def predict(self, w, data: ReviewData) -> np.ndarray:
         """P(recall) for every row of `data`, in row order (NaN for a row without history)."""
@@ -227,21 +233,27 @@ class SeqEngine:
 
     def fit(self, w0, train: ReviewData, cfg=None, *, w_init=None, sigma=None, grad_mask=None,
             keep: np.ndarray | None = None, lr: float = LR, betas=(0.9, 0.999), seed: int = SEED,
-            check_every_epoch: bool = False, batching: str = "cards", sort_kind: str = "stable") -> np.ndarray:
+            check_every_epoch: bool = False, batching: str = "cards", sort_kind: str = "stable",
+            keep_last: bool = False, weights: np.ndarray | None = None, prior_scale: float = 1.0) -> np.ndarray:
         """Trained weights from w0 (clipped). cfg supplies n_epoch, batch_size, max_seq_len and recency; `keep`
         restricts the training rows (e.g. FSRS v4's i > 2); `w_init`/`sigma` define the L2 prior (none if sigma is
         None); grad_mask zeros the gradient of frozen parameters. Deterministic for a given seed.
 
         batching "cards" (default): mini-batches of whole cards, one forward and one reverse pass per card.
         batching "length": upstream's length-sorted target batches and batch order (sort_kind as training.py);
-        for models whose 5 epochs are far from convergence, so that where training stops depends on the batches."""
+        for models whose 5 epochs are far from convergence, so that where training stops depends on the batches.
+        keep_last: the weights training ends with (no best-checkpoint rule). weights: explicit row weights over
+        `train` (instead of cfg.recency's). prior_scale multiplies the prior's 1/σ² (a model's PRIOR_WEIGHT)."""
         n_epoch = int(getattr(cfg, "n_epoch", 5))
         batch_size = int(getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
         w0 = self.clip(self._w(w0))
         inv_var, w_init, mask = fit_prior(w0, None if sigma is None else self._w(w_init), sigma, grad_mask)
+        if prior_scale != 1.0:
+            inv_var = inv_var * prior_scale
         # upstream sets recency weights on the whole training frame, before any row is dropped
-        weights = recency_weights(len(train)) if getattr(cfg, "recency", False) else None
+        if weights is None:
+            weights = recency_weights(len(train)) if getattr(cfg, "recency", False) else None
         cards = training_cards(train, weights, max_seq_len, keep)
         n_cards = len(cards.c_start)
         if n_cards == 0 or n_epoch <= 0:
@@ -254,7 +266,7 @@ class SeqEngine:
             raise ValueError(f"unknown batching {batching!r}")
         best_w, _ = self.k.adam_fit(w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(),
                                     cards.t_y, cards.t_wt, cards.max_n, items, orders, bounds, n_batches, float(lr),
-                                    np.asarray(betas, dtype=np.float64), bool(check_every_epoch))
+                                    np.asarray(betas, dtype=np.float64), bool(check_every_epoch), bool(keep_last))
         return self.clip(best_w)
 
     def _card_batches(self, cards: Cards, n_epoch: int, batch_size: int, seed: int):

@@ -154,10 +154,11 @@ def loss_grad_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_d
 
 @njit(cache=True)
 def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
-             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch):
+             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch, keep_last=False):
     """Adam with a per-step cosine schedule, penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after
-    every step, and the best full objective among the initial weights and the end of every epoch
-    (check_every_epoch) or of the last one only.
+    every step (the box, then the model's `project`, a no-op unless it defines one), and the best full objective
+    among the initial weights and the end of every epoch (check_every_epoch) or of the last one only; keep_last
+    returns the weights training ends with instead (and their objective).
 
     opts: the model's run-time options (models/seq_model_stub.py: precompute).
     Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
@@ -202,10 +203,16 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
             adam_step(w, grad, m, v, step_no, lr_t, b1, b2, eps, 0.0)
             for j in range(n_w):
                 w[j] = min(max(w[j], lower[j]), upper[j])
+            project(w)
+        if keep_last:
+            continue
         if check_every_epoch or e == n_epoch - 1:
             cur = loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
                 + l2_prior(w, w_init, inv_var)
             if cur < best:
                 best = cur
                 best_w[:] = w
+    if keep_last:
+        return w, loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+            + l2_prior(w, w_init, inv_var)
     return best_w, best

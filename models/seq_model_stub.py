@@ -46,6 +46,14 @@ def precompute_vjp(w, opts, wc, gwc, gw):
         gw[j] += gwc[j]
 
 
+@njit(cache=True)
+def project(w):
+    """Optional: bounds that depend on other parameters, applied in place after the LOWER/UPPER box at every
+    optimizer step (FSRS-7's ordered S0; models/traced.py generates it from a model file's clip hook). Default:
+    none."""
+    return None
+
+
 def init(w, g, t, out):
     """State after a card's first review (grade g, t = 0 unless a model uses it), written into out."""
     raise NotImplementedError
