@@ -26,7 +26,7 @@ engine plug-ins, models/hlr.py, models/fsrs_v5.py, ..., carry those next to thei
 
 Training and prediction run on the compiled engine through a plug-in generated from the file (models/traced.py:
 the functions are traced with proxies, differentiated by torch's own derivative rules and written out as numba)
-when the file traces and its RECIPE is Adam; otherwise (an op the tracer refuses, AdamW, L-BFGS, `--trainer
+when the file traces and its RECIPE is Adam or L-BFGS; otherwise (an op the tracer refuses, AdamW, `--trainer
 autograd`, a GPU device) on the card-major autograd engine (models/autograd_engine.py), with one stderr line
 saying why. Both compute the same numbers: a batch is whole cards, one forward pass yields every target's
 prediction, and the gradient is the chain rule through it; by default with upstream's Trainer recipe (Adam 4e-2,

@@ -1,7 +1,8 @@
 """SBD, Stability–Brittleness–Difficulty (7 parameters; spec models.md §9): a memory model by andersschill
 (memory-model-benchmark-for-spaced-repetition), as upstream srs-benchmark runs it (models/sbd.py@28e255f4).
-Written to the own-model contract (models/own_model.py): torch init / step / curve, trained by the card-major
-autograd engine; registered as "SBD" in models/__init__.py.
+Written to the own-model contract (models/own_model.py): torch init / step / curve, trained on the compiled engine
+through the plug-in models/traced.py generates from them (`--trainer autograd`: the card-major autograd engine);
+registered as "SBD" in models/__init__.py.
 
 Parameters w = [L, H, k, α, c, v, log δ]. State after a review: (log S, g, n) — log stability, the review's grade
 index g = rating − 1, and a "brittleness" count n of Hard/Again answers (Hard adds ½, Again 1, capped at 50).
@@ -55,9 +56,10 @@ def _exp(x):
 
 
 def _ends(w):
-    """(L', H'): the log stabilities of an Again and an Easy first review (H' >= L')."""
-    ends = torch.cummax(w[0:2], dim=0)[0].clamp(LOG_S_MIN, LOG_S_MAX)
-    return ends[0], ends[1]
+    """(L', H'): the log stabilities of an Again and an Easy first review (H' >= L'). Upstream takes the cumulative
+    max of (L, H); this where is the same value and, like cummax, gives a tie's gradient to H."""
+    high = torch.where(w[1] >= w[0], w[1], w[0])
+    return w[0].clamp(LOG_S_MIN, LOG_S_MAX), high.clamp(LOG_S_MIN, LOG_S_MAX)
 
 
 def _beta(w, n):

@@ -379,6 +379,15 @@ def _where(c, a, b) -> Proxy:
     return g.add("where", (c.id, a.id, b.id), None, dtype, max(1, c.prio, a.prio, b.prio))
 
 
+def _float_op(op: str, xs: list, attr=None) -> Proxy:
+    """logaddexp / softplus / nan_to_num: float64 operands only (their float32 arithmetic is not reproduced)."""
+    g = _graph_of(*xs)
+    xs = [_as_proxy(g, x) for x in xs]
+    if any(x.kind != "f8" for x in xs):
+        raise TraceError(f"{op} of a non-float64 value")
+    return _result(op, xs, "f8", attr)
+
+
 def _cast(x: Proxy, kind: str) -> Proxy:
     if x.kind == kind:
         return x
@@ -451,6 +460,22 @@ def _torch_function(func, args, kwargs):
         return _gather(args[1], [table[i].item() for i in range(len(table))])
     if name in ("clone", "double") and isinstance(args[0], Proxy):
         return args[0].clone() if name == "clone" else args[0].double()
+    if name == "logaddexp" and len(args) == 2 and not kwargs:
+        return _float_op("logaddexp", list(args))
+    if name == "softplus":
+        beta = kwargs.get("beta", args[1] if len(args) > 1 else 1.0)
+        threshold = kwargs.get("threshold", args[2] if len(args) > 2 else 20.0)
+        if not (_is_number(beta) and _is_number(threshold)):
+            raise TraceError("softplus with a traced beta or threshold")
+        return _float_op("softplus", [args[0]], (float(beta), float(threshold)))
+    if name == "nan_to_num":
+        nan = kwargs.get("nan", args[1] if len(args) > 1 else 0.0)
+        posinf = kwargs.get("posinf", args[2] if len(args) > 2 else None)
+        neginf = kwargs.get("neginf", args[3] if len(args) > 3 else None)
+        big = float(np.finfo(np.float64).max)
+        return _float_op("nan_to_num", [args[0]], (float(0.0 if nan is None else nan),
+                                                   big if posinf is None else float(posinf),
+                                                   -big if neginf is None else float(neginf)))
     raise TraceError(f"torch op {name} is not traced")
 
 
@@ -637,6 +662,19 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = f"{a[0]} if ({a[0]} > {a[1]} or {a[0]} != {a[0]}) else {a[1]}"
         elif op == "where":
             expr = f"{a[1]} if {a[0]} else {a[2]}"
+        elif op == "logaddexp":  # torch's CPU kernel: an infinity equal on both sides is returned as is
+            x, y = a
+            expr = (f"{x} if (math.isinf({x}) and {x} == {y}) else "
+                    f"(max({x}, {y}) + math.log1p(math.exp(-abs({x} - {y}))))")
+        elif op == "softplus":
+            beta, threshold = attr
+            xb = f"({a[0]} * {_lit(beta)})"
+            expr = f"{a[0]} if {xb} > {_lit(threshold)} else math.log1p(math.exp({xb})) / {_lit(beta)}"
+        elif op == "nan_to_num":
+            nan, posinf, neginf = attr
+            x = a[0]
+            expr = (f"{_lit(nan)} if {x} != {x} else ({_lit(posinf)} if {x} == math.inf else "
+                    f"({_lit(neginf)} if {x} == -math.inf else {x}))")
         elif op == "cast":
             if nodes[args[0]][3] == "b":  # numba has no float(bool)
                 expr = f"(1 if {a[0]} else 0)" if attr == "i" else f"(1.0 if {a[0]} else 0.0)"
@@ -763,6 +801,16 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         elif op == "where":
             add(args[1], f"({g} if {a[0]} else 0.0)")
             add(args[2], f"(0.0 if {a[0]} else {g})")
+        elif op == "logaddexp":  # derivatives.yaml: grad / (1 + exp(other - self)) for each side
+            x, y = a
+            add(args[0], f"{g} / (1.0 + math.exp({y} - {x}))")
+            add(args[1], f"{g} / (1.0 + math.exp({x} - {y}))")
+        elif op == "softplus":  # softplus_backward: z = exp(x·β); grad where x·β > threshold, else grad·z/(z + 1)
+            beta, threshold = attr
+            xb = f"({a[0]} * {_lit(beta)})"
+            add(args[0], f"({g} if {xb} > {_lit(threshold)} else {g} * math.exp({xb}) / (math.exp({xb}) + 1.0))")
+        elif op == "nan_to_num":  # grad · isfinite(x)
+            add(args[0], f"({g} if math.isfinite({a[0]}) else 0.0)")
         elif op == "cast":
             add(args[0], g)
         elif op == "gather":
@@ -906,11 +954,16 @@ def _compile_module(module, n_w, use_clip) -> str:
 
 def recipe_runs_compiled(recipe) -> str | None:
     """Why a RECIPE cannot run on the compiled engine (None when it can): the compiled trainer is Adam with a
-    cosine schedule; AdamW's decay and L-BFGS stay on the autograd engine."""
+    cosine schedule (a fixed prior weight), or torch's L-BFGS driven by the compiled loss and gradient; AdamW's
+    decay stays on the autograd engine."""
+    if recipe.optimizer == "lbfgs":
+        return None
     if recipe.optimizer != "adam":
         return f"optimizer {recipe.optimizer}"
     if recipe.weight_decay:
         return "weight_decay"
+    if callable(recipe.prior_weight):
+        return "callable prior_weight"
     return None
 
 
@@ -957,13 +1010,46 @@ class CompiledOwnEngine:
             max_seq_len=int(getattr(cfg, "max_seq_len", 64)), recency=False)
         use_recency = recipe.recency if recipe.recency is not None else bool(getattr(cfg, "recency", False))
         weights = np.asarray(recipe.recency_fn(len(train)), dtype=np.float64) if use_recency else None
+        if recipe.optimizer == "lbfgs":
+            return self._lbfgs(w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep)
         pw = recipe.prior_weight
-        if callable(pw):
-            raise TraceError("a callable prior_weight does not run on the compiled engine")
         return self.seq.fit(w0, train, run, w_init=w_init, sigma=sigma, grad_mask=grad_mask, keep=keep,
                             lr=recipe.lr, betas=tuple(recipe.betas), seed=recipe.seed,
                             check_every_epoch=recipe.keep == "every_epoch", keep_last=recipe.keep == "last",
                             weights=weights, prior_scale=float(pw))
+
+
+    def _lbfgs(self, w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep) -> np.ndarray:
+        """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's optimizer, the same
+        objective, line search and revert rule), its Σ weight·BCE and gradient from one compiled pass per card."""
+        from models.autograd_engine import lbfgs_fit
+        from models.seq_engine import fit_prior, training_cards
+
+        w0 = self.clip(np.asarray(w0, dtype=np.float64))
+        inv_var, centre, mask = fit_prior(w0, None if sigma is None else np.asarray(w_init, dtype=np.float64), sigma,
+                                          grad_mask)
+        cards = training_cards(train, weights, run.max_seq_len, keep)
+        if len(cards.c_start) == 0:
+            return w0
+        return lbfgs_fit(w0, lambda w: _CompiledLoss.apply(w, self.seq, cards), float(cards.t_wt.sum()),
+                         len(cards.t_pos), centre, inv_var, mask, self.lower, self.upper, recipe)
+
+
+class _CompiledLoss(torch.autograd.Function):
+    """Σ weight·BCE over the cards as a differentiable function of w, value and gradient from the compiled engine."""
+
+    @staticmethod
+    def forward(ctx, w, seq, cards):
+        grad = np.zeros(len(seq.lower))
+        loss = seq.k.loss_grad_cards(w.detach().cpu().numpy().astype(np.float64), seq.opts, *cards.args(), cards.t_y,
+                                     cards.t_wt, cards.max_n, grad)
+        ctx.save_for_backward(torch.as_tensor(grad, dtype=w.dtype, device=w.device))
+        return w.new_tensor(loss)
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        return g * grad, None, None
 
 
 def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast", device=None, label=None):
@@ -974,8 +1060,6 @@ def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast
 
     if trainer != "autograd" and (device in (None, "cpu")):
         why = recipe_runs_compiled(recipe) if recipe is not None else None
-        if why is None and recipe is not None and callable(recipe.prior_weight):
-            why = "callable prior_weight"
         if why is None:  # a recipe the compiled trainer lacks (L-BFGS, AdamW) is a choice: no message for it
             try:
                 return CompiledOwnEngine(module, lower, upper)
