@@ -276,6 +276,36 @@ def test_transformer_forward_by_hand_and_padding_quirk():
     assert both[0] == pytest.approx(by_hand(history + [[0.0, 0.0]]), rel=1e-10)
 
 
+def test_transformer_written_out_equals_the_module_with_dropout_active():
+    """transformer_forward (broadcast attention) against nn.Transformer itself, float64, on padded windows: the same
+    outputs and weight gradients in training mode (so the same dropout masks: same draws, same order) and in eval
+    mode; in float32 within rounding."""
+    torch.manual_seed(3)
+    src64 = torch.randn(7, 40, 2, dtype=torch.float64) * 3
+    for dtype, tol in ((torch.float64, 1e-13), (torch.float32, 2e-5)):
+        net = TransformerNet().to(dtype)
+        src = src64.to(dtype)
+        for training in (True, False):
+            net.train(training)
+            outs = []
+            for functional in (True, False):
+                net.functional = functional
+                torch.manual_seed(11)
+                s = net.stability(src)
+                grads = torch.autograd.grad(s.log().sum(), list(net.parameters()))
+                outs.append((s, grads))
+            (s_f, g_f), (s_m, g_m) = outs
+            assert torch.allclose(s_f, s_m, rtol=tol, atol=0)
+            for a, b in zip(g_f, g_m):
+                assert torch.allclose(a, b, rtol=tol, atol=tol)
+    # dropout is really on in training: another seed gives another result
+    net = TransformerNet().double().train()
+    torch.manual_seed(1)
+    a = net.stability(src64)
+    torch.manual_seed(2)
+    assert not torch.allclose(a, net.stability(src64))
+
+
 def silu(v):
     return [x * sig(x) for x in v]
 
