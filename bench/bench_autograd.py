@@ -17,8 +17,9 @@ functions, no hand-written gradient; its one-off numba compile is done by the wa
   default compiled engine (hand-written numba VJPs).
 - FSRS-6: its torch recurrence (models/fsrs6_torch.py TorchSteps) on the autograd engine, models/fsrs6.py
   with `--trainer upstream`, and FSRS-6's compiled engine plug-in (models/fsrs6_kernels.py).
-- SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation)
-  vs the same L-BFGS over per-target histories in batches of 8192 (upstream's way; `--trainer upstream`).
+- SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation),
+  on its traced plug-in (its default: torch's L-BFGS on the compiled loss and gradient), and over per-target
+  histories in batches of 8192 (upstream's way; `--trainer upstream`).
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ def trainers(name: str, train, test):
         model.fit(train)
         return lambda: model.predict(test)
 
-    if name == "SBD":  # full-batch L-BFGS: no traced column (the compiled trainer is Adam)
-        return [("autograd", per_trainer("fast")), ("upstream", per_trainer("upstream"))]
+    if name == "SBD":  # a model file: its default trainer is the traced plug-in (L-BFGS on the compiled loss)
+        return [("autograd", per_trainer("autograd")), ("traced", per_trainer("fast")),
+                ("upstream", per_trainer("upstream"))]
     return [("autograd", per_trainer("autograd")), ("traced", traced), ("upstream", per_trainer("upstream")),
             ("compiled", per_trainer("fast"))]
 
