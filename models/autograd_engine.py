@@ -422,9 +422,14 @@ class AutogradEngine:
     def _lbfgs(self, w0, w_init, inv_var, mask, cards: Cards, recipe: Recipe):
         """Full-batch L-BFGS (lbfgs_fit) with every target of every card in one forward pass per evaluation."""
         everything = self._all_cards(cards)
-        return lbfgs_fit(w0, lambda w: _SweepLoss.apply(w, self, everything) if self.gradient == "sweep"
-                         else self._bce_sum(w, everything), float(cards.t_wt.sum()), len(cards.t_pos),
-                         w_init, inv_var, mask, self.lower, self.upper, recipe, self.device, self.dtype)
+
+        def bce_sum(w):
+            if self.gradient == "sweep":
+                return NumpyLoss.apply(w, lambda x: self._sweep_loss_grad(x, everything))
+            return self._bce_sum(w, everything)
+
+        return lbfgs_fit(w0, bce_sum, float(cards.t_wt.sum()), len(cards.t_pos), w_init, inv_var, mask, self.lower,
+                         self.upper, recipe, self.device, self.dtype)
 
 
 def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_var, mask, lower, upper,
@@ -477,20 +482,21 @@ def _batch_shape(x: torch.Tensor, n: int) -> torch.Tensor:
     return x if x.dim() == 1 and x.shape[0] == n else x.expand(n)
 
 
-class _SweepLoss(torch.autograd.Function):
-    """Σ weight·BCE of a batch as a differentiable function of w, its gradient from the sweep (for L-BFGS)."""
+class NumpyLoss(torch.autograd.Function):
+    """A loss whose value and gradient come from outside torch's tape, (loss, grad) = fn(w as float64 numpy), as a
+    differentiable function of w: what torch's L-BFGS (lbfgs_fit) minimises for the sweep and the compiled engine."""
 
     @staticmethod
-    def forward(ctx, w, engine, batch):
+    def forward(ctx, w, fn):
         with torch.enable_grad():  # a Function's forward runs without grad mode; the sweep needs its wide graphs
-            loss, grad = engine._sweep_loss_grad(w.detach().cpu().numpy().astype(np.float64), batch)
+            loss, grad = fn(w.detach().cpu().numpy().astype(np.float64))
         ctx.save_for_backward(torch.as_tensor(grad, dtype=w.dtype, device=w.device))
         return w.new_tensor(loss)
 
     @staticmethod
     def backward(ctx, g):
         (grad,) = ctx.saved_tensors
-        return g * grad, None, None
+        return g * grad, None
 
 
 def _adam_step(w, grad, m, v, step, lr, b1, b2, eps, weight_decay):

@@ -71,8 +71,13 @@ def bound_copy(source: str, placeholder: str, binding: str, name: str):
     (.cache/…/engines), written once per content and compiled once."""
     if placeholder not in source:
         raise RuntimeError(f"{name}: template line {placeholder!r} not found")
-    source = source.replace(placeholder, binding)
-    stem = f"{name}_{hashlib.sha1(source.encode()).hexdigest()[:10]}"
+    return import_generated(source.replace(placeholder, binding), name, 10)
+
+
+def import_generated(source: str, name: str, digits: int):
+    """The module of generated `source`, written once per content into the engine directory as
+    <name>_<hash>.py (numba's disk cache needs a real file) and imported under that name."""
+    stem = f"{name}_{hashlib.sha1(source.encode()).hexdigest()[:digits]}"
     if stem in sys.modules:
         return sys.modules[stem]
     path = _engine_dir() / f"{stem}.py"

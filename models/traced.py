@@ -33,8 +33,6 @@ file's RECIPE on SeqEngine with the autograd engine's API (fit / predict / loss_
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import math
 import os
 import sys
@@ -930,26 +928,14 @@ def compile_module(module, n_w: int | None = None, use_clip: bool = True) -> str
 
 
 def _compile_module(module, n_w, use_clip) -> str:
-    from models.seq_engine import _engine_dir
+    from models.seq_engine import import_generated
 
     n_w = len(module.DEFAULT_W) if n_w is None else n_w
     clip = getattr(module, "clip", None) if use_clip else None
     traces = trace_model(_fn(module, "init"), _fn(module, "step"), _fn(module, "curve"), n_w, clip)
     origin = getattr(module, "__file__", None) or getattr(module, "__name__", "a model")
     source = generate(traces, os.path.basename(str(origin)))
-    stem = f"traced_{hashlib.sha1(source.encode()).hexdigest()[:12]}"
-    if stem in sys.modules:
-        return stem
-    path = _engine_dir() / f"{stem}.py"
-    if not path.exists() or path.read_text(encoding="utf-8") != source:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source, encoding="utf-8")
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(stem, path)
-    plugin = importlib.util.module_from_spec(spec)
-    sys.modules[stem] = plugin
-    spec.loader.exec_module(plugin)
-    return stem
+    return import_generated(source, "traced", 12).__name__
 
 
 def recipe_runs_compiled(recipe) -> str | None:
@@ -1022,7 +1008,7 @@ class CompiledOwnEngine:
     def _lbfgs(self, w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep) -> np.ndarray:
         """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's optimizer, the same
         objective, line search and revert rule), its Σ weight·BCE and gradient from one compiled pass per card."""
-        from models.autograd_engine import lbfgs_fit
+        from models.autograd_engine import NumpyLoss, lbfgs_fit
         from models.seq_engine import fit_prior, training_cards
 
         w0 = self.clip(np.asarray(w0, dtype=np.float64))
@@ -1031,25 +1017,14 @@ class CompiledOwnEngine:
         cards = training_cards(train, weights, run.max_seq_len, keep)
         if len(cards.c_start) == 0:
             return w0
-        return lbfgs_fit(w0, lambda w: _CompiledLoss.apply(w, self.seq, cards), float(cards.t_wt.sum()),
-                         len(cards.t_pos), centre, inv_var, mask, self.lower, self.upper, recipe)
+        seq = self.seq
 
+        def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass per card
+            grad = np.zeros(len(w))
+            return seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad), grad
 
-class _CompiledLoss(torch.autograd.Function):
-    """Σ weight·BCE over the cards as a differentiable function of w, value and gradient from the compiled engine."""
-
-    @staticmethod
-    def forward(ctx, w, seq, cards):
-        grad = np.zeros(len(seq.lower))
-        loss = seq.k.loss_grad_cards(w.detach().cpu().numpy().astype(np.float64), seq.opts, *cards.args(), cards.t_y,
-                                     cards.t_wt, cards.max_n, grad)
-        ctx.save_for_backward(torch.as_tensor(grad, dtype=w.dtype, device=w.device))
-        return w.new_tensor(loss)
-
-    @staticmethod
-    def backward(ctx, g):
-        (grad,) = ctx.saved_tensors
-        return g * grad, None, None
+        return lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), float(cards.t_wt.sum()), len(cards.t_pos),
+                         centre, inv_var, mask, self.lower, self.upper, recipe)
 
 
 def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast", device=None, label=None):
@@ -1060,7 +1035,7 @@ def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast
 
     if trainer != "autograd" and (device in (None, "cpu")):
         why = recipe_runs_compiled(recipe) if recipe is not None else None
-        if why is None:  # a recipe the compiled trainer lacks (L-BFGS, AdamW) is a choice: no message for it
+        if why is None:  # a recipe the compiled trainer lacks (AdamW, ...) is a choice: no message for it
             try:
                 return CompiledOwnEngine(module, lower, upper)
             except TraceError as exc:
