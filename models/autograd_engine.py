@@ -101,6 +101,18 @@ class Recipe:
             raise ValueError(f"RECIPE: keep {recipe.keep!r} is not best, last or every_epoch")
         return recipe
 
+    def epochs_and_batch(self, cfg) -> tuple[int, int]:
+        """(n_epoch, batch_size): the recipe's own, else the run's (--n_epoch, --batch_size)."""
+        n_epoch = self.n_epoch if self.n_epoch is not None else getattr(cfg, "n_epoch", 5)
+        batch_size = self.batch_size if self.batch_size is not None else getattr(cfg, "batch_size", 512)
+        return int(n_epoch), int(batch_size)
+
+    def row_weights(self, cfg, n_rows: int) -> np.ndarray | None:
+        """The training rows' loss weights (recency_fn over all n_rows, upstream's way: set on the whole training
+        frame before any row is dropped), or None when the recipe / the run has no recency."""
+        use = self.recency if self.recency is not None else bool(getattr(cfg, "recency", False))
+        return np.asarray(self.recency_fn(n_rows), dtype=np.float64) if use else None
+
 
 class _CardBatch:
     """Whole cards ready for one forward pass: time-major [L, B] inputs (columns sorted longest first), the width
@@ -360,15 +372,11 @@ class AutogradEngine:
             overrides["keep"] = "every_epoch"
         if overrides:
             recipe = replace(recipe, **overrides)
-        n_epoch = int(recipe.n_epoch if recipe.n_epoch is not None else getattr(cfg, "n_epoch", 5))
-        batch_size = int(recipe.batch_size if recipe.batch_size is not None else getattr(cfg, "batch_size", 512))
+        n_epoch, batch_size = recipe.epochs_and_batch(cfg)
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
         w0 = self.clip(self._w(w0))
         inv_var, w_init, mask = fit_prior(w0, None if sigma is None else self._w(w_init), sigma, grad_mask)
-        use_recency = recipe.recency if recipe.recency is not None else bool(getattr(cfg, "recency", False))
-        # upstream sets recency weights on the whole training frame, before any row is dropped
-        weights = np.asarray(recipe.recency_fn(len(train)), dtype=np.float64) if use_recency else None
-        cards = training_cards(train, weights, max_seq_len, keep)
+        cards = training_cards(train, recipe.row_weights(cfg, len(train)), max_seq_len, keep)
         if len(cards.c_start) == 0 or (n_epoch <= 0 and recipe.optimizer != "lbfgs"):
             return w0
         if recipe.optimizer == "lbfgs":

@@ -221,8 +221,8 @@ class OwnModel(Model):
         import training
         from models.autograd_engine import lbfgs_fit
 
-        use_recency = self.recipe.recency if self.recipe.recency is not None else bool(self.cfg.recency)
-        weights = self.recipe.recency_fn(len(train)) if use_recency else np.ones(len(train))
+        weights = self.recipe.row_weights(self.cfg, len(train))
+        weights = np.ones(len(train)) if weights is None else weights
         batches = training.make_batches(train, weights, 8192, self.cfg.max_seq_len, torch.float64)
 
         def forward(w, b):  # TorchSeqNet.forward_batch with the optimizer's tensor as the weights

@@ -914,7 +914,7 @@ _COMPILED: dict = {}
 
 def compile_module(module, n_w: int | None = None, use_clip: bool = True) -> str:
     """The name of the generated plug-in module for a contract module (imported and registered in sys.modules),
-    or TraceError. Written once per content into the engine directory (seq_engine._engine_dir())."""
+    or TraceError. Written once per content into the engine directory (seq_engine.import_generated)."""
     key = (id(module), n_w, use_clip)
     if key not in _COMPILED:
         try:
@@ -990,12 +990,10 @@ class CompiledOwnEngine:
         why = recipe_runs_compiled(recipe)
         if why:
             raise TraceError(f"recipe {why} does not run on the compiled engine")
-        run = SimpleNamespace(
-            n_epoch=int(recipe.n_epoch if recipe.n_epoch is not None else getattr(cfg, "n_epoch", 5)),
-            batch_size=int(recipe.batch_size if recipe.batch_size is not None else getattr(cfg, "batch_size", 512)),
-            max_seq_len=int(getattr(cfg, "max_seq_len", 64)), recency=False)
-        use_recency = recipe.recency if recipe.recency is not None else bool(getattr(cfg, "recency", False))
-        weights = np.asarray(recipe.recency_fn(len(train)), dtype=np.float64) if use_recency else None
+        n_epoch, batch_size = recipe.epochs_and_batch(cfg)
+        run = SimpleNamespace(n_epoch=n_epoch, batch_size=batch_size, max_seq_len=int(getattr(cfg, "max_seq_len", 64)),
+                              recency=False)
+        weights = recipe.row_weights(cfg, len(train))
         if recipe.optimizer == "lbfgs":
             return self._lbfgs(w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep)
         pw = recipe.prior_weight
@@ -1003,7 +1001,6 @@ class CompiledOwnEngine:
                             lr=recipe.lr, betas=tuple(recipe.betas), seed=recipe.seed,
                             check_every_epoch=recipe.keep == "every_epoch", keep_last=recipe.keep == "last",
                             weights=weights, prior_scale=float(pw))
-
 
     def _lbfgs(self, w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep) -> np.ndarray:
         """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's optimizer, the same

@@ -285,8 +285,8 @@ def test_transformer_written_out_equals_the_module_with_dropout_active():
     for dtype, tol in ((torch.float64, 1e-13), (torch.float32, 2e-5)):
         net = TransformerNet().to(dtype)
         src = src64.to(dtype)
-        for training in (True, False):
-            net.train(training)
+        for train_mode in (True, False):
+            net.train(train_mode)
             outs = []
             for functional in (True, False):
                 net.functional = functional
