@@ -42,6 +42,8 @@ LBFGSB_FTOL = 2.2204460492503131e-09
 LBFGSB_GTOL = 1e-5
 LBFGSB_MAXLS = 20
 FD_STEP = 1e-8  # minimize's absolute finite-difference step for L-BFGS-B
+FACTR = LBFGSB_FTOL / np.finfo(float).eps  # setulb's form of ftol
+EPS = float(np.finfo(float).eps)
 
 
 def first_review_groups(rows: pd.DataFrame) -> pd.DataFrame:
@@ -106,54 +108,86 @@ def _lbfgsb_module():
     return _LBFGSB[0]
 
 
+class StepLbfgsb:
+    """One S0 fit's L-BFGS-B run, stepped from outside: scipy's compiled routine (`setulb`, what `minimize` drives)
+    driven as minimize drives it (same m, tolerances, maxls, maxiter counted on new iterates), its gradient rebuilt
+    as approx_derivative's '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds).
+    `points()` runs the routine to its next request and returns the two S it needs the loss at ([S, S + h]), or
+    None when it has finished; `supply(f0, f1)` hands the two losses back. Keeping the loop here, not around a loss
+    call, lets fit_many step many fits together and evaluate all their losses in one numpy call."""
+
+    def __init__(self, s_default: float, s_min: float, maxiter: int):
+        m = LBFGSB_M
+        self.lo, self.hi, self.maxiter = float(s_min), S0_MAX, int(maxiter)
+        self.x = np.clip(np.atleast_1d(np.asarray(s_default, dtype=np.float64)), self.lo, self.hi)
+        self.bounds = (np.array([self.lo]), np.array([self.hi]), np.array([2], dtype=np.int32))
+        self.f = np.array(0.0)
+        self.g = np.zeros(1)
+        self.work = (np.zeros(2 * m + 5 + 11 * m * m + 8 * m), np.zeros(3, dtype=np.int32))
+        self.task = np.zeros(2, dtype=np.int32)
+        self.ln_task = np.zeros(2, dtype=np.int32)
+        self.save = (np.zeros(4, dtype=np.int32), np.zeros(44, dtype=np.int32), np.zeros(29))
+        self.n_iterations = 0
+        self.step = 0.0
+
+    def points(self) -> np.ndarray | None:
+        lbfgsb = _lbfgsb_module()
+        while True:
+            lbfgsb.setulb(LBFGSB_M, self.x, *self.bounds, self.f, self.g, FACTR,
+                          LBFGSB_GTOL, *self.work, self.task, *self.save, LBFGSB_MAXLS, self.ln_task)
+            if self.task[0] == 3:  # f and g wanted at x
+                x0 = float(self.x[0])
+                h = FD_STEP
+                if (x0 + h) - x0 == 0:
+                    h = np.sqrt(EPS) * max(1.0, abs(x0))
+                if (x0 + h < self.lo or x0 + h > self.hi) and abs(h) <= max(x0 - self.lo, self.hi - x0):
+                    h = -h
+                self.step = (x0 + h) - x0
+                return np.array([x0, x0 + h])
+            if self.task[0] == 1:  # a new iterate
+                self.n_iterations += 1
+                if self.n_iterations >= self.maxiter:
+                    self.task[0], self.task[1] = 5, 504
+            else:
+                return None
+
+    def supply(self, f0: float, f1: float) -> None:
+        self.f = f0
+        self.g = np.array([(f1 - f0) / self.step])
+
+    def result(self) -> tuple[float, float]:
+        """(S, minimize's `fun`): the loss of the last evaluation, which is not the loss at S when the line search
+        fails (x is restored, fun is not), as minimize reports it (FSRS-7 ranks its curve candidates by it)."""
+        return float(self.x[0]), float(self.f)
+
+
 def fit_one_rating(delta_t: np.ndarray, recall: np.ndarray, count: np.ndarray, curve: Curve, s_default: float,
                    s_min: float, l1: bool = True, with_loss: bool = False):
-    """fit_one_rating_scipy without minimize's overhead: its L-BFGS-B routine driven as minimize drives it (same
-    m, tolerances, maxls, maxiter = Σ count counted on new iterates), its gradient rebuilt as approx_derivative's
-    '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds), on the same loss.
-    with_loss: (S, minimize's `fun`), the loss of the last evaluation, which is not the loss at S when the line
-    search fails (x is restored, fun is not), as minimize reports it (FSRS-7 ranks its curve candidates by it)."""
-    _lbfgsb = _lbfgsb_module()
+    """fit_one_rating_scipy without minimize's overhead (StepLbfgsb on the same loss): the same S bit for bit.
+    with_loss: (S, minimize's `fun`), see StepLbfgsb.result."""
     loss = _loss(delta_t, recall, count, curve, s_default, l1)
-    lo, hi = float(s_min), S0_MAX
-    maxiter = int(np.sum(count))
-    m = LBFGSB_M
-    x = np.clip(np.atleast_1d(np.asarray(s_default, dtype=np.float64)), lo, hi)
-    low, up, nbd = np.array([lo]), np.array([hi]), np.array([2], dtype=np.int32)
-    f = np.array(0.0)
-    g = np.zeros(1)
-    wa = np.zeros(2 * m + 5 + 11 * m * m + 8 * m)
-    iwa = np.zeros(3, dtype=np.int32)
-    task = np.zeros(2, dtype=np.int32)
-    ln_task = np.zeros(2, dtype=np.int32)
-    lsave = np.zeros(4, dtype=np.int32)
-    isave = np.zeros(44, dtype=np.int32)
-    dsave = np.zeros(29)
-    factr = LBFGSB_FTOL / np.finfo(float).eps
-    n_iterations = 0
-    while True:
-        _lbfgsb.setulb(m, x, low, up, nbd, f, g, factr, LBFGSB_GTOL, wa, iwa, task, lsave, isave, dsave,
-                       LBFGSB_MAXLS, ln_task)
-        if task[0] == 3:  # f and g wanted at x
-            x0 = x.copy()
-            f0 = float(np.asarray(loss(x0.copy())).item())
-            h = FD_STEP
-            if (x0[0] + h) - x0[0] == 0:
-                h = np.sqrt(np.finfo(float).eps) * max(1.0, abs(x0[0]))
-            if (x0[0] + h < lo or x0[0] + h > hi) and abs(h) <= max(x0[0] - lo, hi - x0[0]):
-                h = -h
-            x1 = x0.copy()
-            x1[0] = x0[0] + h
-            f1 = float(np.asarray(loss(x1)).item())
-            f = f0
-            g = np.array([(f1 - f0) / ((x0[0] + h) - x0[0])])
-        elif task[0] == 1:  # a new iterate
-            n_iterations += 1
-            if n_iterations >= maxiter:
-                task[0], task[1] = 5, 504
-        else:
-            break
-    return (float(x[0]), float(f)) if with_loss else float(x[0])
+    run = StepLbfgsb(s_default, s_min, int(np.sum(count)))
+    while (s := run.points()) is not None:
+        run.supply(float(np.asarray(loss(s[:1])).item()), float(np.asarray(loss(s[1:])).item()))
+    return run.result() if with_loss else run.result()[0]
+
+
+def fit_many(runs: Sequence[StepLbfgsb], batch_loss: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    """Step several fits together: each round, every unfinished fit's two points are evaluated by one call
+    `batch_loss(which, s)` (fit indices [k], points [k, 2] → losses [k, 2]), so a search over many candidate
+    curves costs a few numpy calls per round instead of a few per fit and point."""
+    pending = {j: run.points() for j, run in enumerate(runs)}
+    pending = {j: s for j, s in pending.items() if s is not None}
+    while pending:
+        which = np.fromiter(pending, dtype=np.int64, count=len(pending))
+        losses = batch_loss(which, np.stack([pending[j] for j in which]))
+        nxt = {}
+        for j, (f0, f1) in zip(which.tolist(), losses.tolist()):
+            runs[j].supply(f0, f1)
+            s = runs[j].points()
+            if s is not None:
+                nxt[j] = s
+        pending = nxt
 
 
 def _numpy_groups(rows: pd.DataFrame):

@@ -260,5 +260,21 @@ def test_s0_fit_equals_upstreams_minimize_call(user8_short):
     avg = float(train.rows["y"].mean())
     for secs in (False, True):
         groups = fsrs7.first_review_groups(train.rows, secs)
-        for cp in fsrs7.CURVE_CANDIDATES:
-            assert fsrs7.fit_s0(groups, avg, cp) == fsrs7.fit_s0(groups, avg, cp, reference=True)
+        reference = [fsrs7.fit_s0(groups, avg, cp, reference=True) for cp in fsrs7.CURVE_CANDIDATES]
+        for cp, ref in zip(fsrs7.CURVE_CANDIDATES, reference):
+            assert fsrs7.fit_s0(groups, avg, cp) == ref
+        assert fsrs7.fit_s0_all(groups, avg) == reference  # the search's lockstep form, bit for bit
+
+
+def test_s0_search_in_lockstep_equals_one_candidate_at_a_time(user8_short):
+    """fit_s0_all (all 16 candidates' L-BFGS-B runs stepped together, one numpy evaluation per round) gives the
+    very floats of fit_s0 run candidate by candidate, on two more folds' training rows of a real user (the first is
+    in the test above), day and secs grouping, smoothed toward the mean recall or toward 0.5."""
+    n = len(user8_short)
+    for end, avg in ((n // 2, None), (5 * n // 6, 0.5)):
+        rows = user8_short.subset(np.arange(end)).rows
+        avg = float(rows["y"].mean()) if avg is None else avg
+        for secs in (False, True):
+            groups = fsrs7.first_review_groups(rows, secs)
+            one = [fsrs7.fit_s0(groups, avg, cp) for cp in fsrs7.CURVE_CANDIDATES]
+            assert fsrs7.fit_s0_all(groups, avg) == one
