@@ -191,14 +191,22 @@ def bin_interval(t: np.ndarray) -> np.ndarray:
 
 
 def first_review_groups(rows, secs: bool):
-    """{first rating: (interval, mean recall, count) arrays} over the first long-term reviews (i == 2)."""
-    first = rows.loc[rows["i"] == 2, ["first_rating", "delta_t", "y"]].copy()
-    first["first_rating"] = first["first_rating"].astype(int)
+    """{first rating: (interval, mean recall, count) arrays} over the first long-term reviews (i == 2), intervals
+    sorted: pandas' groupby(["first_rating", "delta_t"]).mean/count in numpy (y is 0/1, so every sum is an exact
+    integer and the means are pandas' to the bit; a groupby cost ~15 ms per fold)."""
+    first = rows["i"].to_numpy() == 2
+    ratings = rows["first_rating"].to_numpy()[first].astype(int)
+    dt = rows["delta_t"].to_numpy(np.float64)[first]
+    y = rows["y"].to_numpy(np.float64)[first]
     if secs:
-        first["delta_t"] = bin_interval(first["delta_t"].to_numpy())
-    agg = first.groupby(["first_rating", "delta_t"], sort=True)["y"].agg(["mean", "count"]).reset_index()
-    return {int(g): (part["delta_t"].to_numpy(np.float64), part["mean"].to_numpy(np.float64),
-                     part["count"].to_numpy(np.float64)) for g, part in agg.groupby("first_rating")}
+        dt = bin_interval(dt)
+    groups = {}
+    for g in np.unique(ratings).tolist():
+        sel = ratings == g
+        t, inv = np.unique(dt[sel], return_inverse=True)
+        n = np.bincount(inv).astype(np.float64)
+        groups[g] = (t, np.bincount(inv, weights=y[sel]) / n, n)
+    return groups
 
 
 def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN, reference: bool = False) -> tuple[float, dict]:

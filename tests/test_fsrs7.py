@@ -260,6 +260,15 @@ def test_s0_fit_equals_upstreams_minimize_call(user8_short):
     avg = float(train.rows["y"].mean())
     for secs in (False, True):
         groups = fsrs7.first_review_groups(train.rows, secs)
+        first = train.rows.loc[train.rows["i"] == 2, ["first_rating", "delta_t", "y"]].copy()  # upstream's groupby
+        first["first_rating"] = first["first_rating"].astype(int)
+        if secs:
+            first["delta_t"] = fsrs7.bin_interval(first["delta_t"].to_numpy())
+        agg = first.groupby(["first_rating", "delta_t"], sort=True)["y"].agg(["mean", "count"]).reset_index()
+        assert sorted(groups) == sorted(agg["first_rating"].unique())
+        for g, part in agg.groupby("first_rating"):
+            for got, col in zip(groups[g], ("delta_t", "mean", "count")):
+                assert got.tolist() == part[col].astype(float).tolist()
         reference = [fsrs7.fit_s0(groups, avg, cp, reference=True) for cp in fsrs7.CURVE_CANDIDATES]
         for cp, ref in zip(fsrs7.CURVE_CANDIDATES, reference):
             assert fsrs7.fit_s0(groups, avg, cp) == ref
