@@ -28,18 +28,22 @@ last lapse (T minus its value at the latest row whose r was Again, or the first 
 Training per fold (upstream's `optimize`): row weights 0.1 + 0.9·x⁴ with x = linspace(0, 1, N) over the fold's
 training rows in time order (always on: its published --recency); AdamW on θ, lr 0.2, betas (0, 0.85), eps 1e−8,
 weight decay 0.3; 10 epochs of shuffled batches of 2048, loss Σ weight·BCE-with-logits per batch; cosine annealing
-of the lr to 0 over all steps; the final θ. Here in float64 with a shuffle generator seeded 42 per fit (upstream:
-float32, torch's global generator), so per-user numbers match upstream's to training noise, not to the digit.
+of the lr to 0 over all steps; the final θ. Here in float64 numpy with torch.randperm's shuffles from a generator
+seeded 42 per fit (upstream: float32, torch's global generator), so per-user numbers match upstream's to training
+noise, not to the digit.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from models.base import Model, ReviewData
+from models.kernel_math import adam_step
+from models.torch_rng import TorchGenerator
 
 MEAN = [-0.9012, -0.6941, -0.6258, -0.4678, 0.3926, 0.1316, 0.3508, -0.3259, -0.2125, -0.1402, 1.2775, 0.0669,
         0.3914, 0.5828, 0.9292, 1.1583, 1.4103, 0.9388, 0.9164, 0.9797, -0.6411, 0.4951, 0.1038, -0.1564, 0.4332,
@@ -164,33 +168,34 @@ class LogisticRegression(Model):
         return np.asarray(MEAN) + np.asarray(STD) * self.theta
 
     def fit(self, train: ReviewData) -> "LogisticRegression":
+        """AdamW on θ over shuffled batches (RECIPE), in numpy: the gradient of Σ weight·BCE-with-logits is
+        std·Xᵀ(weight·(σ(z) − y)), torch's formula; the shuffles are torch.randperm's on a generator seeded 42
+        (models/torch_rng.py). Equal to the same loop in torch float64 to ~1e-12 (tests), ~50x faster than it for a
+        34-parameter model, and no torch import (~2 s per process)."""
         if self.cfg is not None and self.cfg.default:
             return self
-        import torch
-
-        x = torch.tensor(self.inputs(train), dtype=torch.float64)
-        y = torch.as_tensor(train.rows["y"].to_numpy(np.float64))
-        weight = torch.as_tensor(recency(len(train)))
-        mean = torch.tensor(MEAN, dtype=torch.float64)
-        std = torch.tensor(STD, dtype=torch.float64)
-        theta = torch.zeros(N_FEATURES, dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.AdamW([theta], lr=RECIPE["lr"], betas=RECIPE["betas"], eps=RECIPE["eps"],
-                                weight_decay=RECIPE["weight_decay"])
+        x = self.inputs(train)
+        y = train.rows["y"].to_numpy(np.float64)
+        weight = recency(len(train))
+        mean, std = np.asarray(MEAN), np.asarray(STD)
+        theta, m, v = np.zeros(N_FEATURES), np.zeros(N_FEATURES), np.zeros(N_FEATURES)
+        b1, b2 = RECIPE["betas"]
         n, bs = len(y), RECIPE["batch_size"]
-        total = RECIPE["n_epoch"] * ((n + bs - 1) // bs)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(total, 1), eta_min=0)
-        gen = torch.Generator().manual_seed(RECIPE["seed"])
-        for _ in range(RECIPE["n_epoch"]):
-            perm = torch.randperm(n, generator=gen)
-            for lo in range(0, n, bs):
-                b = perm[lo:lo + bs]
-                logits = x[b] @ (theta * std + mean)
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y[b], reduction="none")
-                opt.zero_grad()
-                (loss * weight[b]).sum().backward()
-                opt.step()
-                sched.step()
-        self.theta = theta.detach().numpy().copy()
+        total = max(RECIPE["n_epoch"] * ((n + bs - 1) // bs), 1)
+        gen = TorchGenerator(RECIPE["seed"])
+        step = 0
+        with np.errstate(over="ignore"):  # e^−z overflows to inf for z < −709: σ = 0, as torch's
+            for _ in range(RECIPE["n_epoch"]):
+                perm = gen.randperm(n)
+                for lo in range(0, n, bs):
+                    b = perm[lo:lo + bs]
+                    xb = x[b]
+                    residual = (1.0 / (1.0 + np.exp(-(xb @ (theta * std + mean)))) - y[b]) * weight[b]
+                    lr = RECIPE["lr"] * 0.5 * (1.0 + math.cos(math.pi * step / total))  # cosine, eta_min 0
+                    step += 1
+                    adam_step(theta, (residual @ xb) * std, m, v, step, lr, b1, b2, RECIPE["eps"],
+                              RECIPE["weight_decay"])
+        self.theta = theta
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:

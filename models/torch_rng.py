@@ -12,6 +12,7 @@ it against torch itself.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 SHUFFLE_SEED = 2023  # upstream's batch-order seed (training.py)
 _SMALL_N = (1 << 32) // 20  # torch switches to 64-bit draws above this size
@@ -32,8 +33,14 @@ class TorchGenerator:
         if n < 2:
             return out
         draws = (self._bits.random_raw(n - 1) % np.arange(n, 1, -1, dtype=np.uint64)).astype(np.int64)
-        r = out.tolist()
-        for i, z in enumerate(draws.tolist()):
-            j = i + z
-            r[i], r[j] = r[j], r[i]
-        return np.array(r, dtype=np.int64)
+        _swap_pass(out, draws)
+        return out
+
+
+@njit(cache=True)
+def _swap_pass(r, draws):
+    """The Fisher–Yates pass: swap r[i] with r[i + draws[i]] for i = 0, 1, ... (compiled: a Python loop cost ~0.3 s
+    per million rows, which LogisticRegression's 10 shuffles per fold of every training row made visible)."""
+    for i in range(len(draws)):
+        j = i + draws[i]
+        r[i], r[j] = r[j], r[i]

@@ -10,7 +10,8 @@ from check_users import CHECK, UPSTREAM
 from config import RunConfig
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
-from models.logistic_regression import MEAN, LogisticRegression, features, recency
+import models.logistic_regression as lr_module
+from models.logistic_regression import MEAN, STD, LogisticRegression, features, recency
 from result_store import read_results
 from revlog_factory import make_revlog
 from runner import run
@@ -72,6 +73,52 @@ def test_training_lowers_the_loss_on_a_real_user():
     fitted = LogisticRegression(RunConfig(algo="LogisticRegression")).fit(train)
     assert loss(fitted.predict(train)) < loss(start.predict(train)) - 1e-3
     assert len(fitted.parameters()) == 34
+
+
+def torch_fit(x, y, weight, recipe):
+    """The training loop as upstream writes it, in torch float64: AdamW, cosine annealing, randperm batches,
+    autograd of Σ weight·BCE-with-logits (the reference for the numpy fit)."""
+    import torch
+
+    x, y, weight = (torch.as_tensor(a, dtype=torch.float64) for a in (x, y, weight))
+    mean = torch.tensor(MEAN, dtype=torch.float64)
+    std = torch.tensor(STD, dtype=torch.float64)
+    theta = torch.zeros(34, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.AdamW([theta], lr=recipe["lr"], betas=recipe["betas"], eps=recipe["eps"],
+                            weight_decay=recipe["weight_decay"])
+    n, bs = len(y), recipe["batch_size"]
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe["n_epoch"] * ((n + bs - 1) // bs))
+    gen = torch.Generator().manual_seed(recipe["seed"])
+    for _ in range(recipe["n_epoch"]):
+        perm = torch.randperm(n, generator=gen)
+        for lo in range(0, n, bs):
+            b = perm[lo:lo + bs]
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(x[b] @ (theta * std + mean), y[b],
+                                                                        reduction="none")
+            opt.zero_grad()
+            (loss * weight[b]).sum().backward()
+            opt.step()
+            sched.step()
+    return theta.detach().numpy()
+
+
+def test_numpy_fit_equals_torch_autograd_adamw():
+    """The numpy fit (gradient by hand, adam_step, torch_rng's shuffles) against the same loop in torch float64 on
+    a real user's training rows, 4 epochs of batches of 512 so the cosine schedule and reshuffles all act."""
+    data = build_features(load_revlogs(CHECK, 8), SECS)
+    data = LogisticRegression.restrict_targets(data, CHECK, 8)
+    train = data.subset(np.arange(int(len(data) * 0.5)))
+    recipe = dict(lr_module.RECIPE, n_epoch=4, batch_size=512)
+    ref = torch_fit(LogisticRegression.inputs(train), train.rows["y"].to_numpy(np.float64), recency(len(train)),
+                    recipe)
+    saved = lr_module.RECIPE
+    lr_module.RECIPE = recipe
+    try:
+        ours = LogisticRegression(RunConfig(algo="LogisticRegression")).fit(train).theta
+    finally:
+        lr_module.RECIPE = saved
+    assert np.abs(ref).max() > 0.1  # it moved
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-12)
 
 
 def test_name_and_flags():

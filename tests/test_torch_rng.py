@@ -13,7 +13,7 @@ def test_randperm_stream_equals_torch(seed):
     included (torch draws nothing for them)."""
     generator = torch.Generator().manual_seed(seed)
     ours = TorchGenerator(seed)
-    for n in [5, 0, 1, 2, 3, 97, 1, 513, 4096, 12]:
+    for n in [5, 0, 1, 2, 3, 97, 1, 513, 4096, 12, 150_001]:
         np.testing.assert_array_equal(ours.randperm(n), torch.randperm(n, generator=generator).numpy())
 
 
