@@ -4,10 +4,11 @@ models/card_fit.py's card_loss for the LSTM.
 Why compiled: stepped in torch, the fine-tune (20 passes per fold, two stacked nn.LSTMs and ~20 other operations per
 time step, autograd and AdamW around them) cost ~47 s per 100k reviews, the most of any row. Here one forward and
 one reverse pass per card, in float64:
-- the cards of a call are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are laid out time-major as
-  torch's PackedSequence does (cards sorted by length, longest first; block k holds step k of every card still
-  running), so each layer that acts per position is ONE matrix product over all the chunk's steps, and each LSTM
-  step is one product over the cards still running (np.dot: BLAS);
+- the cards of a call, sorted by length, are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are
+  laid out time-major as torch's PackedSequence does (cards sorted by length, longest first; block k holds step k
+  of every card still running), so each layer that acts per position is ONE matrix product over all the chunk's
+  steps, and each LSTM step is one product over the cards still running (np.dot: BLAS; cards of like length in a
+  chunk make these products fewer and larger: a product of 10 rows costs ~2× per row one of 100 rows);
 - the reverse pass walks the same layers backwards; the weight gradients are products over all steps at the end;
 - every array a chunk needs lives in one work space made once per call (`workspace`) and shared by its chunks:
   made afresh per chunk, the ~50 arrays (several above malloc's mmap threshold, so returned to the kernel on every
@@ -504,9 +505,12 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
 def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     """models/card_fit.py's card_loss for the LSTM (model: input_mean and input_std, 4 floats): Σ weight·BCE over
     every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the gradient is ADDED
-    into grad. The cards go in chunks of ≈ CHUNK_STEPS steps, so the per-row arrays stay in cache; one work space
-    serves them all."""
+    into grad. The cards go in chunks of ≈ CHUNK_STEPS steps, shortest cards first, so the per-row arrays stay in
+    cache; one work space serves them all. Only the order in which the gradient's sums are added depends on the
+    chunks."""
     c_steps = layout[2]
+    # cards of like length share a chunk: fewer, larger recurrent products (~1.1× per pass measured)
+    cards = cards[np.argsort(c_steps[cards], kind="mergesort")]
     bounds = np.empty(len(cards) + 1, dtype=np.int64)
     nb = 0
     acc = 0
