@@ -4,11 +4,17 @@ models/card_fit.py's card_loss for the LSTM.
 Why compiled: stepped in torch, the fine-tune (20 passes per fold, two stacked nn.LSTMs and ~20 other operations per
 time step, autograd and AdamW around them) cost ~47 s per 100k reviews, the most of any row. Here one forward and
 one reverse pass per card, in float64:
-- the cards of a call are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are laid out time-major as
-  torch's PackedSequence does (cards sorted by length, longest first; block k holds step k of every card still
-  running), so each layer that acts per position is ONE matrix product over all the chunk's steps, and each LSTM
-  step is one product over the cards still running (np.dot: BLAS);
-- the reverse pass walks the same layers backwards; the weight gradients are products over all steps at the end.
+- the cards of a call, sorted by length, are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are
+  laid out time-major as torch's PackedSequence does (cards sorted by length, longest first; block k holds step k
+  of every card still running), so each layer that acts per position is ONE matrix product over all the chunk's
+  steps, and each LSTM step is one product over the cards still running (np.dot: BLAS; cards of like length in a
+  chunk make these products fewer and larger: a product of 10 rows costs ~2× per row one of 100 rows);
+- the reverse pass walks the same layers backwards; the weight gradients are products over all steps at the end;
+- every array a chunk needs lives in one work space made once per call (`workspace`) and shared by its chunks:
+  made afresh per chunk, the ~50 arrays (several above malloc's mmap threshold, so returned to the kernel on every
+  free) cost about as much as the arithmetic in page faults. With it, a pass costs ≈ 5 µs per step on one core,
+  spread over the LSTM layers (≈ 45%: their gate products, activations and recurrent products), the heads (≈ 10%:
+  one pow, one log and three exp per curve and target) and the other layers; ≈ 1/3 of it in BLAS.
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
 clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path
 (tests/test_lstm_compiled.py).
@@ -31,7 +37,8 @@ G4 = 4 * H  # gates i, f, g, o
 N_IN = 6
 N_CURVES = 3
 LN_EPS = 1e-5
-CHUNK_STEPS = 512  # measured: per-row arrays of ~512 steps stay in L2; 2048 steps cost ~1.9× per step
+CHUNK_STEPS = 512  # with the shared work space, 2048-step chunks measured no faster (the 1.9× per step they once
+# cost was the page faults of their arrays, made afresh per chunk)
 # (name, shape) of LSTMNet.parameters() in order; tests check it against the torch module
 SHAPES = (("pre_w", (H, N_IN)), ("pre_b", (H,)), ("pre_ln", (H,)), ("pre2_w", (H, H)), ("pre2_b", (H,)),
           ("ln1", (H,)), ("ih1", (G4, H)), ("hh1", (G4, H)), ("bih1", (G4,)), ("bhh1", (G4,)),
@@ -125,58 +132,61 @@ def tanh(x):
 
 
 # ----------------------------------------------------------------------------------------------- per-position layers
+# Every layer writes into arrays it is given (`out`, …): one work space per call of lstm_cards_loss (`workspace`)
+# serves all its chunks, because allocating the chunk's ~50 arrays afresh (several above malloc's mmap threshold)
+# cost as much as the arithmetic: a third of the time went to the kernel's page faults.
 
 @njit(cache=True, error_model="numpy")
-def linear(x, w, b):
-    """x [N, in] → x·wᵀ + b."""
-    y = np.dot(x, w.T)
-    for r in range(y.shape[0]):
-        for j in range(y.shape[1]):
-            y[r, j] += b[j]
-    return y
+def linear(x, w, b, out):
+    """out [N, out] = x [N, in]·wᵀ + b."""
+    np.dot(x, w.T, out)
+    for r in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[r, j] += b[j]
 
 
 @njit(cache=True, error_model="numpy")
-def linear_back(x, w, gy, gw, gb):
-    """Reverse of `linear`: adds dL/dw, dL/db; returns dL/dx."""
+def linear_back(x, w, gy, gw, gb, gx, want_gx):
+    """Reverse of `linear`: adds dL/dw, dL/db; dL/dx into gx (with want_gx)."""
     gw += np.dot(gy.T, x)
     for r in range(gy.shape[0]):
         for j in range(gy.shape[1]):
             gb[j] += gy[r, j]
-    return np.dot(gy, w)
+    if want_gx:
+        np.dot(gy, w, gx)
 
 
 @njit(cache=True, error_model="numpy")
-def silu(a):
-    """(a·σ(a), σ(a)): the sigmoid kept for the reverse pass."""
-    y = np.empty_like(a)
-    sg = np.empty_like(a)
+def silu(a, y, sg):
+    """y = a·σ(a), and σ(a) into sg for the reverse pass."""
     for r in range(a.shape[0]):
         for j in range(a.shape[1]):
             s = sigmoid(a[r, j])
             sg[r, j] = s
             y[r, j] = a[r, j] * s
-    return y, sg
 
 
 @njit(cache=True, error_model="numpy")
-def silu_back(a, sg, gy):
-    """dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a)))."""
-    ga = np.empty_like(a)
+def silu_back(a, sg, gy, ga):
+    """ga = dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a))) (ga may be gy)."""
     for r in range(a.shape[0]):
         for j in range(a.shape[1]):
             s = sg[r, j]
             ga[r, j] = gy[r, j] * s * (1.0 + a[r, j] * (1.0 - s))
-    return ga
 
 
 @njit(cache=True, error_model="numpy")
-def layer_norm(x, gamma, beta, has_beta):
-    """LayerNorm over the last axis (eps 1e−5): (y, x̂, 1/σ) with y = x̂·γ (+ β)."""
+def add(a, b, out):
+    """out = a + b (out may be a or b)."""
+    for r in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[r, j] = a[r, j] + b[r, j]
+
+
+@njit(cache=True, error_model="numpy")
+def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
+    """LayerNorm over the last axis (eps 1e−5): y = x̂·γ (+ β), and x̂, 1/σ kept for the reverse pass."""
     n, m = x.shape
-    xh = np.empty_like(x)
-    y = np.empty_like(x)
-    rstd = np.empty(n)
     for r in range(n):
         mu = 0.0
         for j in range(m):
@@ -190,14 +200,12 @@ def layer_norm(x, gamma, beta, has_beta):
         for j in range(m):
             xh[r, j] = (x[r, j] - mu) * rs
             y[r, j] = xh[r, j] * gamma[j] + (beta[j] if has_beta else 0.0)
-    return y, xh, rstd
 
 
 @njit(cache=True, error_model="numpy")
-def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta):
-    """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); returns dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ."""
+def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
+    """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ."""
     n, m = xh.shape
-    gx = np.empty_like(xh)
     d = np.empty(m)
     for r in range(n):
         s1 = 0.0
@@ -213,54 +221,58 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta):
         s2 /= m
         for j in range(m):
             gx[r, j] = (d[j] - s1 - xh[r, j] * s2) * rstd[r]
-    return gx
 
 
 # ----------------------------------------------------------------------------------------------- the recurrence
 
 @njit(cache=True, error_model="numpy")
-def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs):
+def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
-    k − 1). Returns (h [N, H], c [N, H], tanh(c), activated gates [N, 4H])."""
+    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[1], 4H] is scratch."""
     n = u.shape[0]
-    gates = linear(u, w_ih, b_ih)
+    linear(u, w_ih, b_ih, act)  # the gates' pre-activations, activated in place step by step
     for r in range(n):
         for j in range(G4):
-            gates[r, j] += b_hh[j]
-    h = np.empty((n, H))
-    c = np.zeros((n, H))
-    tc = np.empty((n, H))
-    act = np.empty((n, G4))
+            act[r, j] += b_hh[j]
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
         if k > 0:
             p0 = off[k - 1]
-            gates[r0:r0 + nk] += np.dot(h[p0:p0 + nk], w_hh.T)
+            rec = tmp[:nk]
+            np.dot(h[p0:p0 + nk], w_hh.T, rec)
+            for q in range(nk):
+                for j in range(G4):
+                    act[r0 + q, j] += rec[q, j]
         for q in range(nk):
             r = r0 + q
-            rp = off[k - 1] + q if k > 0 else r  # c[r] is still 0 when read for the first step
-            for j in range(G4):  # i, f, o: sigmoid; g: tanh
-                z = gates[r, j]
-                act[r, j] = tanh(z) if 2 * H <= j < 3 * H else sigmoid(z)
+            rp = off[k - 1] + q if k > 0 else r
+            for j in range(2 * H):  # i, f: sigmoid
+                act[r, j] = sigmoid(act[r, j])
+            for j in range(2 * H, 3 * H):  # g: tanh
+                act[r, j] = tanh(act[r, j])
+            for j in range(3 * H, G4):  # o: sigmoid
+                act[r, j] = sigmoid(act[r, j])
             for j in range(H):
-                cj = act[r, H + j] * c[rp, j] + act[r, j] * act[r, 2 * H + j]
+                cp = c[rp, j] if k > 0 else 0.0
+                cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
                 c[r, j] = cj
                 tc[r, j] = tanh(cj)
                 h[r, j] = act[r, 3 * H + j] * tc[r, j]
-    return h, c, tc, act
 
 
 @njit(cache=True, error_model="numpy")
-def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh):
+def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
+                  dc_next, h_prev, tmp):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
-    gradients; returns dL/du."""
+    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] and tmp [≥ bs[1], H] are scratch."""
     n = u.shape[0]
-    dg = np.empty((n, G4))
-    dh_rec = np.zeros((n, H))  # dL/dh through the next step's recurrence
-    dc_next = np.zeros((n, H))  # dL/dc through the next step's cell
-    h_prev = np.zeros((n, H))
+    for r in range(n):
+        for j in range(H):
+            dh_rec[r, j] = 0.0  # dL/dh through the next step's recurrence
+            dc_next[r, j] = 0.0  # dL/dc through the next step's cell
+            h_prev[r, j] = 0.0
     for k in range(len(bs) - 1, -1, -1):
         r0 = off[k]
         nk = bs[k]
@@ -269,46 +281,69 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
             rp = off[k - 1] + q if k > 0 else -1
             for j in range(H):
                 i, f, g, o = gates[r, j], gates[r, H + j], gates[r, 2 * H + j], gates[r, 3 * H + j]
-                tc = tanh_c[r, j]
+                tcj = tanh_c[r, j]
                 dh = gh[r, j] + dh_rec[r, j]
-                dc = dc_next[r, j] + dh * o * (1.0 - tc * tc)
+                dc = dc_next[r, j] + dh * o * (1.0 - tcj * tcj)
                 cp = c[rp, j] if k > 0 else 0.0
                 dg[r, j] = dc * g * i * (1.0 - i)
                 dg[r, H + j] = dc * cp * f * (1.0 - f)
                 dg[r, 2 * H + j] = dc * i * (1.0 - g * g)
-                dg[r, 3 * H + j] = dh * tc * o * (1.0 - o)
+                dg[r, 3 * H + j] = dh * tcj * o * (1.0 - o)
                 if k > 0:
                     dc_next[rp, j] = dc * f
                     h_prev[r, j] = h[rp, j]
         if k > 0:
             p0 = off[k - 1]
-            dh_rec[p0:p0 + nk] += np.dot(dg[r0:r0 + nk], w_hh)
+            rec = tmp[:nk]
+            np.dot(dg[r0:r0 + nk], w_hh, rec)
+            for q in range(nk):
+                for j in range(H):
+                    dh_rec[p0 + q, j] += rec[q, j]
     g_hh += np.dot(dg.T, h_prev)
     for r in range(n):
         for j in range(G4):
             g_bhh[j] += dg[r, j]
-    return linear_back(u, w_ih, dg, g_ih, g_bih)
+    linear_back(u, w_ih, dg, g_ih, g_bih, gu, True)
 
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
+N_W20, N_W80, N_W1 = 43, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+
+
 @njit(cache=True, error_model="numpy")
-def encode(feats, src, model):
-    """The 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt), ln(clamp(duration,
-    100, 60000)) and the one-hot rating (clamped ≥ 1)."""
+def workspace(n):
+    """Work arrays for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
+    return np.empty((N_W20, n, H)), np.empty((N_W80, n, G4)), np.empty((N_W1, n)), np.empty((n, N_IN))
+
+
+@njit(cache=True, error_model="numpy")
+def encode(feats, src, model, x):
+    """x = the 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt),
+    ln(clamp(duration, 100, 60000)) and the one-hot rating (clamped ≥ 1)."""
     mean0, mean1, std0, std1 = model
-    x = np.zeros((len(src), N_IN))
     for r in range(len(src)):
         s = src[r]
+        for j in range(N_IN):
+            x[r, j] = 0.0
         x[r, 0] = (math.log(1e-5 + feats[s, 0]) - mean0) / std0
         x[r, 1] = (math.log(min(max(feats[s, 1], 100.0), 60000.0)) - mean1) / std1
         x[r, 2 + max(int(feats[s, 2]), 1) - 1] = 1.0
-    return x
 
 
 @njit(cache=True, error_model="numpy")
-def chunk_loss(model, layout, cards, th, want, gr, p_out):
-    """Σ weight·BCE of the targets of `cards` (one chunk), P(recall) into p_out, gradient added into gr (flat)."""
+def chunk_rows(c_steps, cards):
+    """Rows of the chunk of `cards`: the sum of their steps."""
+    n = 0
+    for q in range(len(cards)):
+        n += c_steps[cards[q]]
+    return n
+
+
+@njit(cache=True, error_model="numpy")
+def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
+    """Σ weight·BCE of the targets of `cards` (one chunk), P(recall) into p_out, gradient added into gr (flat);
+    ws = workspace(≥ the chunk's rows)."""
     feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w = layout
     (pre_w, pre_b, pre_ln, pre2_w, pre2_b, ln1, ih1, hh1, bih1, bhh1, ln2, ln2_b, ih2, hh2, bih2, bhh2,
      mlp_ln1, mlp_w1, mlp_b1, mlp_ln2, mlp_w2, mlp_b2, out_ln, out_w, out_b, w_w, w_b, s_w, s_b, d_w, d_b) = views(th)
@@ -331,33 +366,47 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out):
         c = cards[rank[q]]
         for k in range(c_steps[c]):
             src[off[k] + q] = c_start[c] + k
+    w20, w80, w1, wx = ws
+    (a1, s1, sg1, n1, xh1, a2, v0, sg2, u1, xhu1, h1, c1, tc1, v1, u2, xhu2, h2, c2, tc2, v2, m0, xhm0, m1, m2,
+     sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
+        w20[0, :n], w20[1, :n], w20[2, :n], w20[3, :n], w20[4, :n], w20[5, :n], w20[6, :n], w20[7, :n], w20[8, :n],
+        w20[9, :n], w20[10, :n], w20[11, :n], w20[12, :n], w20[13, :n], w20[14, :n], w20[15, :n], w20[16, :n],
+        w20[17, :n], w20[18, :n], w20[19, :n], w20[20, :n], w20[21, :n], w20[22, :n], w20[23, :n], w20[24, :n],
+        w20[25, :n], w20[26, :n], w20[27, :n], w20[28, :n], w20[29, :n], w20[30, :n], w20[31, :n], w20[32, :n],
+        w20[33, :n], w20[34, :n], w20[35, :n])
+    gv, gb1, gb2, dh_rec, dc_next, h_prev, tmp20 = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n],
+                                                    w20[40, :n], w20[41, :n], w20[42, :n])
+    g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
+    rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :n], w1[4, :n], w1[5, :n]
+    x0 = wx[:n]
     # forward, layer by layer over all rows
-    x0 = encode(feats, src, model)
-    a1 = linear(x0, pre_w, pre_b)
-    s1, sg1 = silu(a1)
-    n1, xh1, rs1 = layer_norm(s1, pre_ln, pre_ln, False)
-    a2 = linear(n1, pre2_w, pre2_b)
-    v0, sg2 = silu(a2)
-    u1, xhu1, rsu1 = layer_norm(v0, ln1, ln1, False)
-    h1, c1, tc1, g1 = lstm_forward(u1, ih1, hh1, bih1, bhh1, off, bs)
-    v1 = v0 + h1
-    u2, xhu2, rsu2 = layer_norm(v1, ln2, ln2_b, True)
-    h2, c2, tc2, g2 = lstm_forward(u2, ih2, hh2, bih2, bhh2, off, bs)
-    v2 = v1 + h2
-    m0, xhm0, rsm0 = layer_norm(v2, mlp_ln1, mlp_ln1, False)
-    m1 = linear(m0, mlp_w1, mlp_b1)
-    m2, sgm1 = silu(m1)
-    m3, xhm3, rsm3 = layer_norm(m2, mlp_ln2, mlp_ln2, False)
-    m4 = linear(m3, mlp_w2, mlp_b2)
-    m5, sgm4 = silu(m4)
-    v3 = v2 + m5
-    f0, xhf0, rsf0 = layer_norm(v3, out_ln, out_ln, False)
-    f1 = linear(f0, out_w, out_b)
-    v, sgf1 = silu(f1)
+    encode(feats, src, model, x0)
+    linear(x0, pre_w, pre_b, a1)
+    silu(a1, s1, sg1)
+    layer_norm(s1, pre_ln, pre_ln, False, n1, xh1, rs1)
+    linear(n1, pre2_w, pre2_b, a2)
+    silu(a2, v0, sg2)
+    layer_norm(v0, ln1, ln1, False, u1, xhu1, rsu1)
+    lstm_forward(u1, ih1, hh1, bih1, bhh1, off, bs, h1, c1, tc1, g1, tmp80)
+    add(v0, h1, v1)
+    layer_norm(v1, ln2, ln2_b, True, u2, xhu2, rsu2)
+    lstm_forward(u2, ih2, hh2, bih2, bhh2, off, bs, h2, c2, tc2, g2, tmp80)
+    add(v1, h2, v2)
+    layer_norm(v2, mlp_ln1, mlp_ln1, False, m0, xhm0, rsm0)
+    linear(m0, mlp_w1, mlp_b1, m1)
+    silu(m1, m2, sgm1)
+    layer_norm(m2, mlp_ln2, mlp_ln2, False, m3, xhm3, rsm3)
+    linear(m3, mlp_w2, mlp_b2, m4)
+    silu(m4, m5, sgm4)
+    add(v2, m5, v3)
+    layer_norm(v3, out_ln, out_ln, False, f0, xhf0, rsf0)
+    linear(f0, out_w, out_b, f1)
+    silu(f1, v, sgf1)
     # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c)
-    gv = np.zeros((n if want else 0, H))
-    if not want:
-        gr = np.zeros(N_PARAMS)  # unused: the views below need a vector of full length
+    if want:
+        for r in range(n):
+            for i in range(H):
+                gv[r, i] = 0.0
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
      g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
@@ -366,6 +415,8 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out):
     zd = np.empty(N_CURVES)
     w = np.empty(N_CURVES)
     pc = np.empty(N_CURVES)
+    es = np.empty(N_CURVES)  # s_c and d_c of the target, kept for the reverse pass
+    ed = np.empty(N_CURVES)
     gzw = np.empty(N_CURVES)
     gzs = np.empty(N_CURVES)
     gzd = np.empty(N_CURVES)
@@ -390,8 +441,9 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out):
             p = 0.0
             for k in range(N_CURVES):
                 w[k] /= tot
-                pc[k] = (1.0 + t / (1e-7 + math.exp(min(max(zs[k], -25.0), 25.0)))) ** -math.exp(
-                    min(max(zd[k], -25.0), 25.0))
+                es[k] = math.exp(min(max(zs[k], -25.0), 25.0))
+                ed[k] = math.exp(min(max(zd[k], -25.0), 25.0))
+                pc[k] = (1.0 + t / (1e-7 + es[k])) ** -ed[k]
                 p += w[k] * pc[k]
             p *= 1.0 - 1e-7
             p_out[jt] = p
@@ -403,8 +455,8 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out):
                 for k in range(N_CURVES):
                     dot += w[k] * pc[k]
                 for k in range(N_CURVES):
-                    s = math.exp(min(max(zs[k], -25.0), 25.0))
-                    d = math.exp(min(max(zd[k], -25.0), 25.0))
+                    s = es[k]
+                    d = ed[k]
                     base = 1.0 + t / (1e-7 + s)
                     gzw[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
                     # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
@@ -422,20 +474,30 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out):
                         gv[r, i] += gzw[k] * w_w[k, i] + gzs[k] * s_w[k, i] + gzd[k] * d_w[k, i]
     if not want:
         return loss
-    # reverse pass, layer by layer
-    gf0 = linear_back(f0, out_w, silu_back(f1, sgf1, gv), g_out_w, g_out_b)
-    gv3 = layer_norm_back(xhf0, rsf0, out_ln, gf0, g_out_ln, g_out_ln, False)
-    gm3 = linear_back(m3, mlp_w2, silu_back(m4, sgm4, gv3), g_mlp_w2, g_mlp_b2)
-    gs1 = layer_norm_back(xhm3, rsm3, mlp_ln2, gm3, g_mlp_ln2, g_mlp_ln2, False)
-    gm0 = linear_back(m0, mlp_w1, silu_back(m1, sgm1, gs1), g_mlp_w1, g_mlp_b1)
-    gv2 = gv3 + layer_norm_back(xhm0, rsm0, mlp_ln1, gm0, g_mlp_ln1, g_mlp_ln1, False)
-    gu2 = lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2)
-    gv1 = gv2 + layer_norm_back(xhu2, rsu2, ln2, gu2, g_ln2, g_ln2_b, True)
-    gu1 = lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv1, g_ih1, g_hh1, g_bih1, g_bhh1)
-    gv0 = gv1 + layer_norm_back(xhu1, rsu1, ln1, gu1, g_ln1, g_ln1, False)
-    gn1 = linear_back(n1, pre2_w, silu_back(a2, sg2, gv0), g_pre2_w, g_pre2_b)
-    gsa1 = layer_norm_back(xh1, rs1, pre_ln, gn1, g_pre_ln, g_pre_ln, False)
-    linear_back(x0, pre_w, silu_back(a1, sg1, gsa1), g_pre_w, g_pre_b)
+    # reverse pass, layer by layer; the residual stream's gradient is carried in gb2
+    silu_back(f1, sgf1, gv, gv)
+    linear_back(f0, out_w, gv, g_out_w, g_out_b, gb1, True)
+    layer_norm_back(xhf0, rsf0, out_ln, gb1, g_out_ln, g_out_ln, False, gb2)  # dL/dv3
+    silu_back(m4, sgm4, gb2, gv)
+    linear_back(m3, mlp_w2, gv, g_mlp_w2, g_mlp_b2, gb1, True)
+    layer_norm_back(xhm3, rsm3, mlp_ln2, gb1, g_mlp_ln2, g_mlp_ln2, False, gv)
+    silu_back(m1, sgm1, gv, gv)
+    linear_back(m0, mlp_w1, gv, g_mlp_w1, g_mlp_b1, gb1, True)
+    layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, g_mlp_ln1, g_mlp_ln1, False, gv)
+    add(gb2, gv, gb2)  # dL/dv2
+    lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gb2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
+                  dc_next, h_prev, tmp20)
+    layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
+    add(gb2, gv, gb2)  # dL/dv1
+    lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gb2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
+                  dc_next, h_prev, tmp20)
+    layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
+    add(gb2, gv, gb2)  # dL/dv0
+    silu_back(a2, sg2, gb2, gb2)
+    linear_back(n1, pre2_w, gb2, g_pre2_w, g_pre2_b, gb1, True)
+    layer_norm_back(xh1, rs1, pre_ln, gb1, g_pre_ln, g_pre_ln, False, gv)
+    silu_back(a1, sg1, gv, gv)
+    linear_back(x0, pre_w, gv, g_pre_w, g_pre_b, gb1, False)
     return loss
 
 
@@ -443,15 +505,27 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out):
 def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     """models/card_fit.py's card_loss for the LSTM (model: input_mean and input_std, 4 floats): Σ weight·BCE over
     every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the gradient is ADDED
-    into grad. The cards go in chunks of ≈ CHUNK_STEPS steps, so the per-row arrays stay in cache."""
+    into grad. The cards go in chunks of ≈ CHUNK_STEPS steps, shortest cards first, so the per-row arrays stay in
+    cache; one work space serves them all. Only the order in which the gradient's sums are added depends on the
+    chunks."""
     c_steps = layout[2]
-    loss = 0.0
-    lo = 0
+    # cards of like length share a chunk: fewer, larger recurrent products (~1.1× per pass measured)
+    cards = cards[np.argsort(c_steps[cards], kind="mergesort")]
+    bounds = np.empty(len(cards) + 1, dtype=np.int64)
+    nb = 0
     acc = 0
+    n_max = 1
     for k in range(len(cards)):
         acc += c_steps[cards[k]]
         if acc >= CHUNK_STEPS or k == len(cards) - 1:
-            loss += chunk_loss(model, layout, cards[lo:k + 1], theta, want, grad, p_out)
-            lo = k + 1
+            nb += 1
+            bounds[nb] = k + 1
+            n_max = max(n_max, acc)
             acc = 0
+    bounds[0] = 0
+    ws = workspace(n_max)
+    g = grad if want else np.zeros(N_PARAMS)  # unused without `want`: chunk_loss's views need a full vector
+    loss = 0.0
+    for b in range(nb):
+        loss += chunk_loss(model, layout, cards[bounds[b]:bounds[b + 1]], theta, want, g, p_out, ws)
     return loss

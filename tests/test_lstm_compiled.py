@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from models import lstm, lstm_kernels, lstm_torch, neural_seq
+from models.card_net import CardSet
 from models.lstm import LSTMData
 from models.lstm_torch import LSTMNet, finetune, inner_optimizer, per_target_batches, reptile
 from test_neural import seeded_net
@@ -153,3 +154,30 @@ def test_compiled_reptile_equals_torch_inner_loop(user8_lstm, monkeypatch):
     assert got[2] == ref[2] == 8  # 4 tasks × 2 inner steps
     np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=1e-8)
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-8, atol=1e-14)
+
+
+def test_chunks_sharing_one_work_space_equal_cards_alone(user8_lstm):
+    """lstm_cards_loss runs a call's chunks in one work space (lstm_kernels.workspace): nothing of a chunk may leak
+    into the next. The cards in one call (chunks of falling sizes: longest cards first) against each card in a call
+    of its own (a fresh work space each): the same P(recall) per target, loss and gradient (up to the order in which
+    the gradient's sums are added)."""
+    net = net_for(6)
+    data = user8_lstm
+    cards = CardSet(net, data, data.rows["seq_pos"].to_numpy() <= 64)
+    layout, theta, model = cards.layout(), net.theta(), net.model_consts()
+    order = np.argsort(-cards.c_steps, kind="stable")  # longest first: the first chunk is the largest
+    assert cards.c_steps.sum() > 3 * lstm_kernels.CHUNK_STEPS
+    n_t = len(cards.t_dt)
+    p_all, g_all = np.full(n_t, np.nan), np.zeros(lstm_kernels.N_PARAMS)
+    loss_all = lstm_kernels.lstm_cards_loss(model, layout, order, theta, True, g_all, p_all)
+    p_one, g_one, loss_one = np.full(n_t, np.nan), np.zeros(lstm_kernels.N_PARAMS), 0.0
+    for c in order:
+        loss_one += lstm_kernels.lstm_cards_loss(model, layout, order[c == order], theta, True, g_one, p_one)
+    np.testing.assert_allclose(p_all, p_one, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(loss_all, loss_one, rtol=1e-12)
+    np.testing.assert_allclose(g_all, g_one, rtol=1e-10, atol=1e-12 * np.abs(g_one).max())
+    p_pred = np.full(n_t, np.nan)  # predictions only: same P(recall), the gradient left alone
+    g_none = np.zeros(lstm_kernels.N_PARAMS)
+    assert lstm_kernels.lstm_cards_loss(model, layout, order, theta, False, g_none, p_pred) == loss_all
+    np.testing.assert_array_equal(p_pred, p_all)
+    assert not g_none.any()
