@@ -14,7 +14,12 @@ What it reproduces, rule by rule:
 - batch loss = Σ weight·BCE(p, y) (a sum; torch's BCE clamps its logs at −100) + penalty·B/N, where B is the
   batch's real size and N the number of training rows kept; the model's clipper runs after every step;
 - before every epoch and after the last one the whole training set is evaluated (mean weighted BCE + penalty/N)
-  and the weights with the lowest value are kept; the initial weights are candidates;
+  and the weights with the lowest value are kept; the initial weights are candidates. `keep="final"` is the
+  neural models' upstream rule instead (neural_seq.fit_upstream: upstream's aliased state dict returns the final
+  weights): the weights after the last step are kept, so the evaluations could change nothing but the "training
+  diverged" error (every evaluation NaN); they are run only as far as that question needs (`check_diverged`:
+  normally one pass, over the final weights, instead of epochs + 1). Evaluation draws no random numbers, so
+  skipping it leaves every dropout mask and batch order unchanged;
 - with `recency`, row weights 0.25 + 0.75·x³, x = linspace(0, 1, n) over ALL training rows in time order, assigned
   before the long rows are dropped (upstream sets the column on the training frame before BatchDataset filters).
 
@@ -138,9 +143,22 @@ def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
     return float(loss)
 
 
+def check_diverged(states: list, evaluate) -> float:
+    """The "training diverged" rule of a run that keeps its final weights: InadequateData when evaluate(state) is
+    NaN (not < inf) for every state (the checkpoints train() would have evaluated, in any order). States are
+    evaluated in the order given until one is finite, whose loss is returned: pass the final weights first, the
+    one finite in all but broken runs."""
+    for state in states:
+        loss = evaluate(state)
+        if loss < np.inf:
+            return loss
+    raise InadequateData("training diverged (no finite evaluation loss)")
+
+
 def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort_kind: str = "stable",
-          dtype: torch.dtype = torch.float32) -> TrainResult:
-    """Train `module` in place on `data` (rows in time order); on return it holds the best-epoch weights."""
+          dtype: torch.dtype = torch.float32, keep: str = "best") -> TrainResult:
+    """Train `module` in place on `data` (rows in time order); on return it holds the best-epoch weights, or with
+    keep="final" the weights after the last step (see the module docstring)."""
     if len(data) == 0:
         raise InadequateData("no training rows")
     weights = recency_weights(len(data)) if getattr(cfg, "recency", False) else np.ones(len(data))
@@ -164,8 +182,12 @@ def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort
             result.best_loss, result.best_epoch = loss, epoch
             best_state = copy.deepcopy(module.state_dict())
 
+    starts = []  # keep="final": the epoch-start weights, for check_diverged
     for epoch in range(n_epoch):
-        checkpoint(epoch)
+        if keep == "final":
+            starts.append(copy.deepcopy(module.state_dict()))
+        else:
+            checkpoint(epoch)
         module.train()
         for k in torch.randperm(len(batches), generator=generator).tolist():
             batch = batches[k]
@@ -180,6 +202,21 @@ def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort
             scheduler.step()
             with torch.no_grad():
                 module.clip_()
+    if keep == "final":
+        final = copy.deepcopy(module.state_dict())
+
+        def evaluate(state):
+            module.load_state_dict(state)
+            loss = _eval_loss(module, batches, n)
+            result.eval_losses.append(loss)
+            return loss
+
+        try:
+            result.best_loss = check_diverged([final] + starts, evaluate)
+        finally:
+            module.load_state_dict(final)
+        result.best_epoch = n_epoch
+        return result
     checkpoint(n_epoch)
     if best_state is None:  # every evaluation was NaN
         raise InadequateData("training diverged (no finite evaluation loss)")
