@@ -29,7 +29,7 @@ import training
 from models.base import ReviewData
 from models.gru_p import DECAY, FACTOR
 from models.kernel_math import adam_step, cosine_lr
-from models.neural_seq import SHUFFLE_SEED, TORCH_SEED, CardSeqNet, NeuralModel, fit_upstream
+from models.neural_seq import SHUFFLE_SEED, TORCH_SEED, CardSeqNet, FlatNet, NeuralModel, fit_upstream
 from models.transformer_kernels import DROPOUT, PARAMS, batch_loss
 
 PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
@@ -153,19 +153,21 @@ _NO_MASKS = (np.ones((1, 1, 1, 1), np.uint8), *(np.ones((1, 1, 1), np.uint8),) *
              np.ones((1, 1), np.uint8), np.ones((1, 1, 1), np.uint8), *(np.ones((1, 1), np.uint8),) * 3)
 
 
-def kernel_batch(theta: np.ndarray, t: np.ndarray, g: np.ndarray, dt: np.ndarray, y: np.ndarray, w: np.ndarray,
-                 masks: tuple | None, grad: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-    """(Σ weight·BCE, P(recall)) of one padded batch (t, g [L, B]) by the compiled kernel; `masks` (kernel_masks)
-    switch training mode on; `grad` (len N_PARAMS) receives the gradient added to it."""
+def kernel_batch(theta: np.ndarray, t: np.ndarray, g: np.ndarray, lengths: np.ndarray, dt: np.ndarray,
+                 y: np.ndarray, w: np.ndarray, masks: tuple | None, grad: np.ndarray | None = None
+                 ) -> tuple[float, np.ndarray]:
+    """(Σ weight·BCE, P(recall)) of one padded batch (t, g [L, B]; lengths: the real history lengths) by the
+    compiled kernel; `masks` (kernel_masks) switch training mode on; `grad` (len N_PARAMS) receives the gradient
+    added to it."""
     p = np.empty(t.shape[1])
     loss = batch_loss(theta, np.ascontiguousarray(t, dtype=np.float64), np.ascontiguousarray(g, dtype=np.float64),
-                      np.asarray(dt, np.float64), np.asarray(y, np.float64), np.asarray(w, np.float64),
+                      np.asarray(lengths, np.int64), np.asarray(dt, np.float64), np.asarray(y, np.float64), np.asarray(w, np.float64),
                       _NO_MASKS if masks is None else masks, masks is not None,
                       np.empty(0) if grad is None else grad, p)
     return loss, p
 
 
-def fit_compiled(net: TransformerNet, data: ReviewData, cfg, *, n_epoch: int, lr: float | None = None) -> None:
+def fit_compiled(net: "TransformerNet | TransformerFlat", data: ReviewData, cfg, *, n_epoch: int, lr: float | None = None) -> None:
     """fit_upstream's recipe with the compiled kernel, in float64 on `net`'s weights: training.py's batches
     (max_seq_len filter, stable length sort, batch_size targets each, padded per batch), their order by
     torch.randperm on a generator seeded 2023 every epoch, the dropout masks drawn by torch after
@@ -176,7 +178,7 @@ def fit_compiled(net: TransformerNet, data: ReviewData, cfg, *, n_epoch: int, lr
     are saved and evaluated only when the final ones evaluate NaN (training.diverged)."""
     lr = net.lr if lr is None else lr
     weights = training.recency_weights(len(data)) if getattr(cfg, "recency", False) else np.ones(len(data))
-    batches = [(b.t.numpy(), b.g.numpy(), b.delta_t.numpy(), b.y.numpy(), b.weight.numpy()) for b in
+    batches = [(b.t.numpy(), b.g.numpy(), b.lengths.numpy(), b.delta_t.numpy(), b.y.numpy(), b.weight.numpy()) for b in
                training.make_batches(data, weights, cfg.batch_size, cfg.max_seq_len, torch.float64)]
     n = sum(len(b[2]) for b in batches)
     theta = net.theta()
@@ -188,9 +190,9 @@ def fit_compiled(net: TransformerNet, data: ReviewData, cfg, *, n_epoch: int, lr
     for _ in range(n_epoch):
         starts.append(theta.copy())
         for k in torch.randperm(len(batches), generator=generator).tolist():
-            t, g, dt, y, w = batches[k]
+            t, g, lengths, dt, y, w = batches[k]
             grad[:] = 0.0
-            kernel_batch(theta, t, g, dt, y, w, kernel_masks(draw_masks(*t.shape)), grad)
+            kernel_batch(theta, t, g, lengths, dt, y, w, kernel_masks(draw_masks(*t.shape)), grad)
             lr_t = cosine_lr(lr, step, t_max)
             step += 1
             adam_step(theta, grad, m, v, step, lr_t, 0.9, 0.999, 1e-8, net.wd)
@@ -199,7 +201,7 @@ def fit_compiled(net: TransformerNet, data: ReviewData, cfg, *, n_epoch: int, lr
     net.eval()
 
 
-def predict_windows(net: TransformerNet, data: ReviewData, chunk: int = PREDICT_BATCH,
+def predict_windows(net: "TransformerNet | TransformerFlat", data: ReviewData, chunk: int = PREDICT_BATCH,
                     compiled: bool = False) -> np.ndarray:
     """Upstream's prediction layout: rows in order, chunks of `chunk`, each zero-padded to its longest history;
     by the module in torch or, `compiled`, by the kernel on its float64 weights."""
@@ -216,7 +218,7 @@ def predict_windows(net: TransformerNet, data: ReviewData, chunk: int = PREDICT_
             t, g = training.pad_histories(data.seq_delta_t, data.seq_rating, starts[sl], lengths[sl])
             if compiled:
                 ones = np.ones(len(t))
-                out[sl] = kernel_batch(theta, t.T, g.T, dt[sl], ones, ones, None)[1]
+                out[sl] = kernel_batch(theta, t.T, g.T, lengths[sl], dt[sl], ones, ones, None)[1]
                 continue
             src = torch.as_tensor(np.stack([t.T, g.T], axis=-1), dtype=net.dtype)
             s = net.stability(src)
@@ -224,17 +226,33 @@ def predict_windows(net: TransformerNet, data: ReviewData, chunk: int = PREDICT_
     return out
 
 
+class TransformerFlat(FlatNet):
+    """The compiled path's network: the 127 weights as one float64 vector (PARAMS order), no torch module per fold
+    (building nn.Transformer and loading its state cost more than a small user's whole fine-tune). float64 storage:
+    the fine-tuned weights predict exactly as they were trained."""
+
+    store_dtype = np.float64
+    lr, wd = TransformerNet.lr, TransformerNet.wd
+
+    def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return PARAMS
+
+    def eval(self) -> "TransformerFlat":
+        return self
+
+
 class Transformer(NeuralModel):
     name = "Transformer"
     net_class = TransformerNet
+    flat_class = TransformerFlat
     n_epoch = 5
 
-    def new_net(self) -> TransformerNet:
-        net = super().new_net()
-        trainer = getattr(self.cfg, "trainer", "fast")
-        net.functional = trainer != "upstream"  # the module itself upstream-style
-        if self.compiled:
-            net.double()  # the kernel's float64 weights, held by the module between fit and predict
+    def new_net(self) -> TransformerNet | TransformerFlat:
+        net = super().new_net()  # TransformerFlat where NeuralModel.torch_free(), else the torch module
+        if isinstance(net, TransformerNet):
+            net.functional = getattr(self.cfg, "trainer", "fast") != "upstream"  # the module itself upstream-style
+            if self.compiled:
+                net.double()  # the kernel's float64 weights, held by the module between fit and predict
         return net
 
     @property

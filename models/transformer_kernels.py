@@ -110,13 +110,15 @@ def _ln_back(th, o, grad, xh, k, rstd, g0, g1):
 
 
 @njit(cache=True)
-def batch_loss(theta, t, g, dt, y, w, masks, train, grad, p_out):
-    """Σ weight·BCE of one batch; t, g [L, B] (time-major, zero-padded histories), dt, y, w [B]. Writes every
+def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
+    """Σ weight·BCE of one batch; t, g [L, B] (time-major, zero-padded histories), lengths (real history lengths),
+    dt, y, w [B]. Writes every
     target's P(recall) to p_out; with `grad` non-empty (len N_PARAMS) ADDS the gradient to it. `masks` are the ten
     0/1 dropout masks (module docstring; shapes [B,2,L,L], [L,B,2] ×3, [B,2] ×2, [B,2,L], [B,2] ×3), read only
     when `train`."""
     th = theta
     want = len(grad) > 0
+    collapse = not train and not want
     ma, me1, mef, me2, mds, md1, mdc, md2, mdf, md3 = masks
     L, B = t.shape
     # per-target scratch, reused: qkv [L, 6], attention weights [2, L, L], head outputs [L, 2], the LayerNorm
@@ -130,41 +132,50 @@ def batch_loss(theta, t, g, dt, y, w, masks, train, grad, p_out):
     rs = np.empty((L, 3))
     hpre = np.empty((L, 2))
     kv = np.empty((L, 4))  # the cross-attention's keys and values of mem
-    ca = np.empty(L)  # the cross-attention weights of one head
     ca_all = np.empty((2, L))
     gx1 = np.empty((L, 2))
     gq = np.empty((L, 6))
     dec = np.empty((4, 4))  # the decoder's LayerNorm outputs and x̂
     co = np.empty(2)  # the cross-attention's head outputs
     total = 0.0
+    mult = np.ones(L)  # how many identical positions each processed position stands for (see `collapse`)
     for b in range(B):
+        # Without dropout and gradient, a target's padded positions are identical zero tokens: as keys they add the
+        # same term, as queries they produce the same row. So they are processed once, weighted by their count
+        # (O(n²) instead of O(L²) for a history of n in a batch padded to L; upstream's prediction chunks pad every
+        # target to the chunk's longest history). With dropout each padded position has its own masks: all kept.
+        P = L
+        if collapse and lengths[b] < L:
+            P = lengths[b] + 1
+            mult[P - 1] = L - lengths[b]
         # ------------------------------------------------------------------ encoder
-        for l in range(L):
+        for l in range(P):
             x0, x1 = t[l, b], g[l, b]
             for j in range(6):
                 qkv[l, j] = _lin2(th, E_IN, x0, x1, j) + th[E_IN + 12 + j]
         for h in range(2):
-            for l in range(L):
+            kmax, kmin = -np.inf, np.inf
+            for m in range(P):
+                kmax = max(kmax, qkv[m, 2 + h])
+                kmin = min(kmin, qkv[m, 2 + h])
+            for l in range(P):
+                # softmax over the keys in one pass: the largest score q·k is q·max k or q·min k by q's sign
                 q = qkv[l, h]
-                mx = -np.inf
-                for m in range(L):
-                    s = q * qkv[m, 2 + h]
-                    att[h, l, m] = s
-                    mx = max(mx, s)
+                mx = q * kmax if q >= 0.0 else q * kmin
                 tot = 0.0
-                for m in range(L):
-                    e = math.exp(att[h, l, m] - mx)
-                    att[h, l, m] = e
-                    tot += e
                 o = 0.0
-                for m in range(L):
-                    a = att[h, l, m] / tot
-                    att[h, l, m] = a
+                for m in range(P):
+                    e = math.exp(q * qkv[m, 2 + h] - mx)
+                    att[h, l, m] = e
+                    tot += e * mult[m]
                     if train:
-                        a = a * (ma[b, h, l, m] * KEEP_SCALE)
-                    o += a * qkv[m, 4 + h]
-                oh[l, h] = o
-        for l in range(L):
+                        e = e * (ma[b, h, l, m] * KEEP_SCALE)
+                    o += e * mult[m] * qkv[m, 4 + h]
+                inv = 1.0 / tot
+                for m in range(P):
+                    att[h, l, m] *= inv
+                oh[l, h] = o * inv
+        for l in range(P):
             s0 = _lin2(th, E_OUT, oh[l, 0], oh[l, 1], 0) + th[E_OUT + 4]
             s1 = _lin2(th, E_OUT, oh[l, 0], oh[l, 1], 1) + th[E_OUT + 5]
             if train:
@@ -199,29 +210,27 @@ def batch_loss(theta, t, g, dt, y, w, masks, train, grad, p_out):
         # cross-attention to mem
         cq0 = _lin2(th, D_CA, y0, y1, 0) + th[D_CA + 12]
         cq1 = _lin2(th, D_CA, y0, y1, 1) + th[D_CA + 13]
-        for m in range(L):
+        for m in range(P):
             for j in range(4):
                 kv[m, j] = _lin2(th, D_CA, mem[m, 0], mem[m, 1], 2 + j) + th[D_CA + 14 + j]
         for h in range(2):
             q = cq0 if h == 0 else cq1
             mx = -np.inf
-            for m in range(L):
-                s = q * kv[m, h]
-                ca[m] = s
-                mx = max(mx, s)
+            for m in range(P):
+                mx = max(mx, q * kv[m, h])
             tot = 0.0
-            for m in range(L):
-                e = math.exp(ca[m] - mx)
-                ca[m] = e
-                tot += e
             o = 0.0
-            for m in range(L):
-                a = ca[m] / tot
-                ca_all[h, m] = a
+            for m in range(P):
+                e = math.exp(q * kv[m, h] - mx)
+                ca_all[h, m] = e
+                tot += e * mult[m]
                 if train:
-                    a = a * (mdc[b, h, m] * KEEP_SCALE)
-                o += a * kv[m, 2 + h]
-            co[h] = o
+                    e = e * (mdc[b, h, m] * KEEP_SCALE)
+                o += e * mult[m] * kv[m, 2 + h]
+            inv = 1.0 / tot
+            for m in range(P):
+                ca_all[h, m] *= inv
+            co[h] = o * inv
         c0 = _lin2(th, D_COUT, co[0], co[1], 0) + th[D_COUT + 4]
         c1 = _lin2(th, D_COUT, co[0], co[1], 1) + th[D_COUT + 5]
         if train:
@@ -247,6 +256,7 @@ def batch_loss(theta, t, g, dt, y, w, masks, train, grad, p_out):
         base = 1.0 + FACTOR * dt[b] / stab
         p = base ** DECAY
         p_out[b] = p
+        mult[P - 1] = 1.0
         loss, dp = bce(p, y[b], w[b])
         if p != p:
             loss = np.nan  # torch's BCE of a NaN p is NaN (training.py's "diverged" test relies on it)

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 import training
 from config import RunConfig
 from models.base import InadequateData
-from models.transformer import (Transformer, TransformerNet, draw_masks, fit_compiled, kernel_batch, kernel_masks,
+from models import neural_seq
+from models.transformer import (Transformer, TransformerFlat, TransformerNet, draw_masks, fit_compiled, kernel_batch, kernel_masks,
                                 mask_shapes, predict_windows, transformer_forward)
 from models.transformer_kernels import N_PARAMS, PARAMS
 from models.gru_p import DECAY, FACTOR
@@ -99,11 +100,11 @@ def test_kernel_equals_autograd(user8, train_mode):
     padded = [b for b in batches if (b.lengths < b.t.shape[0]).any() and b.t.shape[0] > 3]  # padding present
     assert len(padded) >= 2
     for b in (padded[0], padded[-1]):
-        t, g, dt, y, w = (x.numpy() for x in (b.t, b.g, b.delta_t, b.y, b.weight))
+        t, g, n, dt, y, w = (x.numpy() for x in (b.t, b.g, b.lengths, b.delta_t, b.y, b.weight))
         torch.manual_seed(3)
         masks = draw_masks(*t.shape) if train_mode else None
         grad = np.zeros(N_PARAMS)
-        loss, p = kernel_batch(theta, t, g, dt, y, w, kernel_masks(masks) if masks else None, grad)
+        loss, p = kernel_batch(theta, t, g, n, dt, y, w, kernel_masks(masks) if masks else None, grad)
         ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, masks)
         ref_grad = torch.autograd.grad(ref_loss, [net.get_parameter(n) for n, _ in PARAMS])
         ref_grad = np.concatenate([x.numpy().ravel() for x in ref_grad])
@@ -172,5 +173,9 @@ def test_fit_compiled_raises_when_every_checkpoint_is_nan(user8):
 
 def test_model_uses_the_compiled_path_by_default(user8):
     model = Transformer(RunConfig(algo="Transformer"))
-    assert model.compiled and model.net.dtype == torch.float64
+    assert model.compiled and isinstance(model.net, TransformerFlat) and model.net.theta().dtype == np.float64
+    torch.manual_seed(0)
+    module = TransformerNet()
+    neural_seq.load_pretrained(module, "Transformer", "")
+    assert np.array_equal(model.net.theta(), module.theta())  # the pretrained weights, as the module holds them
     assert not Transformer(RunConfig(algo="Transformer", trainer="upstream")).compiled
