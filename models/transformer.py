@@ -30,6 +30,7 @@ from models.base import ReviewData
 from models.gru_p import DECAY, FACTOR
 from models.kernel_math import adam_step, cosine_lr
 from models.neural_seq import SHUFFLE_SEED, TORCH_SEED, CardSeqNet, FlatNet, NeuralModel, fit_upstream
+from models.torch_rng import BernoulliStream, portable_bernoulli
 from models.transformer_kernels import DROPOUT, PARAMS, batch_loss
 
 PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
@@ -132,18 +133,25 @@ def mask_shapes(length: int, batch: int) -> list[tuple[int, ...]]:
             (1, B, 2), (1, B, 2)]
 
 
-def draw_masks(length: int, batch: int) -> list[Tensor]:
-    """The ten 0/1 dropout masks one training forward of the module draws, from torch's default generator in the
-    same order and sizes: F.dropout(x, p) on the CPU is x · empty_like(x).bernoulli_(1 − p) / (1 − p), one
+def draw_masks(length: int, batch: int, stream: BernoulliStream | None = None) -> list[np.ndarray]:
+    """The ten 0/1 dropout masks (uint8) one training forward of the module draws, from torch's default generator
+    in the same order and sizes: F.dropout(x, p) on the CPU is x · empty_like(x).bernoulli_(1 − p) / (1 − p), one
     Bernoulli draw per element in memory order whatever the dtype (tests/test_transformer_compiled.py checks it),
-    so drawing the masks alone consumes the generator exactly as the module does. Drawn by torch itself, so the
-    stream is right on every CPU (torch's bernoulli_ uses MKL's generator on Intel CPUs, mt19937 elsewhere)."""
-    return [torch.empty(s, dtype=torch.uint8).bernoulli_(1 - DROPOUT) for s in mask_shapes(length, batch)]
+    so drawing the masks alone consumes the generator exactly as the module does. Drawn by torch itself, or, with
+    `stream` (torch_rng.BernoulliStream: the same generator emulated, only where torch_rng.portable_bernoulli()),
+    all ten from one fill: they are consecutive in the stream."""
+    shapes = mask_shapes(length, batch)
+    if stream is None:
+        return [torch.empty(s, dtype=torch.uint8).bernoulli_(1 - DROPOUT).numpy() for s in shapes]
+    sizes = [int(np.prod(s)) for s in shapes]
+    flat = stream.bernoulli(sum(sizes), 1 - DROPOUT)
+    ends = np.cumsum(sizes)
+    return [flat[e - n:e].reshape(s) for e, n, s in zip(ends, sizes, shapes)]
 
 
-def kernel_masks(masks: list[Tensor]) -> tuple:
-    """draw_masks' tensors as the kernel reads them (numpy views; the one-token sites as [B, 2] or [B, 2, L])."""
-    a = [m.numpy() for m in masks]
+def kernel_masks(masks: list[np.ndarray]) -> tuple:
+    """draw_masks' arrays as the kernel reads them (views; the one-token sites as [B, 2] or [B, 2, L])."""
+    a = masks
     B = a[0].shape[0]
     return (a[0], a[1], a[2], a[3], a[4].reshape(B, 2), a[5].reshape(B, 2), a[6].reshape(B, 2, -1),
             a[7].reshape(B, 2), a[8].reshape(B, 2), a[9].reshape(B, 2))
@@ -171,7 +179,7 @@ def fit_compiled(net: "TransformerNet | TransformerFlat", data: ReviewData, cfg,
     """fit_upstream's recipe with the compiled kernel, in float64 on `net`'s weights: training.py's batches
     (max_seq_len filter, stable length sort, batch_size targets each, padded per batch), their order by
     torch.randperm on a generator seeded 2023 every epoch, the dropout masks drawn by torch after
-    torch.manual_seed(42) batch by batch (draw_masks), torch's AdamW(lr, weight_decay=net.wd) update and
+    torch.manual_seed(42) batch by batch (draw_masks; emulated where that is exact), torch's AdamW(lr, weight_decay=net.wd) update and
     CosineAnnealingLR(T_max = batches·epochs); the FINAL weights are kept. training.train would also evaluate the
     training set before every epoch and after the last to pick the best, which the kept-final rule makes moot
     except for one outcome: InadequateData when every one of those evaluations is NaN. So the epoch-start weights
@@ -184,7 +192,9 @@ def fit_compiled(net: "TransformerNet | TransformerFlat", data: ReviewData, cfg,
     theta = net.theta()
     m, v, grad = np.zeros_like(theta), np.zeros_like(theta), np.zeros_like(theta)
     t_max = max(1, len(batches) * n_epoch)
-    torch.manual_seed(TORCH_SEED)
+    stream = BernoulliStream(TORCH_SEED) if portable_bernoulli() else None
+    if stream is None:
+        torch.manual_seed(TORCH_SEED)
     generator = torch.Generator().manual_seed(SHUFFLE_SEED)
     starts, step = [], 0
     for _ in range(n_epoch):
@@ -192,7 +202,7 @@ def fit_compiled(net: "TransformerNet | TransformerFlat", data: ReviewData, cfg,
         for k in torch.randperm(len(batches), generator=generator).tolist():
             t, g, lengths, dt, y, w = batches[k]
             grad[:] = 0.0
-            kernel_batch(theta, t, g, lengths, dt, y, w, kernel_masks(draw_masks(*t.shape)), grad)
+            kernel_batch(theta, t, g, lengths, dt, y, w, kernel_masks(draw_masks(*t.shape, stream)), grad)
             lr_t = cosine_lr(lr, step, t_max)
             step += 1
             adam_step(theta, grad, m, v, step, lr_t, 0.9, 0.999, 1e-8, net.wd)

@@ -15,6 +15,7 @@ from models.base import InadequateData
 from models import neural_seq
 from models.transformer import (Transformer, TransformerFlat, TransformerNet, draw_masks, fit_compiled, kernel_batch, kernel_masks,
                                 mask_shapes, predict_windows, transformer_forward)
+from models.torch_rng import BernoulliStream, portable_bernoulli
 from models.transformer_kernels import N_PARAMS, PARAMS
 from models.gru_p import DECAY, FACTOR
 
@@ -35,7 +36,7 @@ def _replay(masks):
     def dropout(x, p, training):
         if not training:
             return x
-        return x * (next(it).to(x.dtype) / (1 - p))
+        return x * (torch.from_numpy(next(it)).to(x.dtype) / (1 - p))
     return dropout
 
 
@@ -66,6 +67,18 @@ def test_masks_are_the_draws_of_f_dropout():
         torch.manual_seed(7)
         mask = torch.empty(3, 5, 7, dtype=torch.uint8).bernoulli_(0.9)
         assert torch.equal(dropped, x * (mask.to(dtype) / (1 - 0.1)))
+
+
+@pytest.mark.skipif(not portable_bernoulli(), reason="torch draws from MKL's stream on this CPU (not emulated)")
+def test_emulated_masks_equal_torchs_draws():
+    """torch_rng.BernoulliStream = torch's default generator's bernoulli_ after manual_seed, over several batches
+    of masks in a row (so the stream stays in step), and the draws after them."""
+    stream = BernoulliStream(42)
+    torch.manual_seed(42)
+    for L, B in [(1, 3), (26, 194), (7, 512), (64, 5)]:
+        ours, theirs = draw_masks(L, B, stream), draw_masks(L, B)
+        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+    np.testing.assert_array_equal(stream.bernoulli(1000, 0.3), torch.empty(1000, dtype=torch.uint8).bernoulli_(0.3))
 
 
 def test_draw_masks_replays_the_modules_dropout(user8):
