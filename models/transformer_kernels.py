@@ -109,7 +109,7 @@ def _ln_back(th, o, grad, xh, k, rstd, g0, g1):
     return rstd * (gh0 - mg - h0 * mgh), rstd * (gh1 - mg - h1 * mgh)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"reassoc", "contract", "nsz"})  # vectorised sums: rounding-level changes only
 def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     """Σ weight·BCE of one batch; t, g [L, B] (time-major, zero-padded histories), lengths (real history lengths),
     dt, y, w [B]. Writes every
@@ -125,6 +125,7 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     # outputs and x̂ (ln1, ln2, mem: [L, 4]) and 1/σ ([L, 3]), the feed-forward's pre-activations [L, 2]
     qkv = np.empty((L, 6))
     att = np.empty((2, L, L))
+    kh, vh, gkh, gvh = np.empty((2, L)), np.empty((2, L)), np.empty((2, L)), np.empty((2, L))
     oh = np.empty((L, 2))
     ln1 = np.empty((L, 4))
     ln2 = np.empty((L, 4))
@@ -154,26 +155,38 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             for j in range(6):
                 qkv[l, j] = _lin2(th, E_IN, x0, x1, j) + th[E_IN + 12 + j]
         for h in range(2):
-            kmax, kmin = -np.inf, np.inf
+            kr, vr = kh[h], vh[h]  # this head's keys and values, contiguous
             for m in range(P):
-                kmax = max(kmax, qkv[m, 2 + h])
-                kmin = min(kmin, qkv[m, 2 + h])
+                kr[m] = qkv[m, 2 + h]
+                vr[m] = qkv[m, 4 + h]
+            kmax, kmin = kr[:P].max(), kr[:P].min()
             for l in range(P):
-                # softmax over the keys in one pass: the largest score q·k is q·max k or q·min k by q's sign
+                # softmax over the keys: the largest score q·k is q·max k or q·min k by q's sign; the exps first
+                # (scalar calls), then the sums in loops the compiler can vectorise
                 q = qkv[l, h]
                 mx = q * kmax if q >= 0.0 else q * kmin
+                ar = att[h, l]
+                for m in range(P):
+                    ar[m] = math.exp(q * kr[m] - mx)
                 tot = 0.0
                 o = 0.0
-                for m in range(P):
-                    e = math.exp(q * qkv[m, 2 + h] - mx)
-                    att[h, l, m] = e
-                    tot += e * mult[m]
-                    if train:
-                        e = e * (ma[b, h, l, m] * KEEP_SCALE)
-                    o += e * mult[m] * qkv[m, 4 + h]
+                if collapse:
+                    for m in range(P):
+                        tot += ar[m] * mult[m]
+                        o += ar[m] * mult[m] * vr[m]
+                elif train:
+                    mr = ma[b, h, l]
+                    for m in range(P):
+                        tot += ar[m]
+                        o += ar[m] * mr[m] * vr[m]
+                    o *= KEEP_SCALE
+                else:
+                    for m in range(P):
+                        tot += ar[m]
+                        o += ar[m] * vr[m]
                 inv = 1.0 / tot
                 for m in range(P):
-                    att[h, l, m] *= inv
+                    ar[m] *= inv
                 oh[l, h] = o * inv
         for l in range(P):
             s0 = _lin2(th, E_OUT, oh[l, 0], oh[l, 1], 0) + th[E_OUT + 4]
@@ -407,23 +420,34 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             grad[E_OUT + 5] += gs1
             gx1[l, 0] = th[E_OUT] * gs0 + th[E_OUT + 2] * gs1  # dL/d(head output 0, 1) of position l
             gx1[l, 1] = th[E_OUT + 1] * gs0 + th[E_OUT + 3] * gs1
-        for l in range(L):
-            for j in range(6):
-                gq[l, j] = 0.0
         for h in range(2):
+            kr, vr, gkr, gvr = kh[h], vh[h], gkh[h], gvh[h]
+            gkr[:] = 0.0
+            gvr[:] = 0.0
             for l in range(L):
                 go = gx1[l, h]
                 q = qkv[l, h]
                 o = oh[l, h]
+                ar = att[h, l]
                 gqh = 0.0
-                for m in range(L):
-                    a = att[h, l, m]
-                    dm = ma[b, h, l, m] * KEEP_SCALE if train else 1.0
-                    gq[m, 4 + h] += go * a * dm
-                    gs = a * go * (dm * qkv[m, 4 + h] - o)
-                    gqh += gs * qkv[m, 2 + h]
-                    gq[m, 2 + h] += gs * q
-                gq[l, h] += gqh
+                if train:
+                    mr = ma[b, h, l]
+                    for m in range(L):
+                        dm = mr[m] * KEEP_SCALE
+                        gvr[m] += go * ar[m] * dm
+                        gs = ar[m] * go * (dm * vr[m] - o)
+                        gqh += gs * kr[m]
+                        gkr[m] += gs * q
+                else:
+                    for m in range(L):
+                        gvr[m] += go * ar[m]
+                        gs = ar[m] * go * (vr[m] - o)
+                        gqh += gs * kr[m]
+                        gkr[m] += gs * q
+                gq[l, h] = gqh
+            for m in range(L):
+                gq[m, 2 + h] = gkr[m]
+                gq[m, 4 + h] = gvr[m]
         for l in range(L):
             x0, x1 = t[l, b], g[l, b]
             for j in range(6):
