@@ -18,6 +18,7 @@ instead of torch.bmm's per-matrix loop); `--trainer upstream` runs nn.Transforme
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -143,7 +144,7 @@ def draw_masks(length: int, batch: int, stream: BernoulliStream | None = None) -
     shapes = mask_shapes(length, batch)
     if stream is None:
         return [torch.empty(s, dtype=torch.uint8).bernoulli_(1 - DROPOUT).numpy() for s in shapes]
-    sizes = [int(np.prod(s)) for s in shapes]
+    sizes = [math.prod(s) for s in shapes]
     flat = stream.bernoulli(sum(sizes), 1 - DROPOUT)
     ends = np.cumsum(sizes)
     return [flat[e - n:e].reshape(s) for e, n, s in zip(ends, sizes, shapes)]

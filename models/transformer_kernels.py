@@ -109,6 +109,41 @@ def _ln_back(th, o, grad, xh, k, rstd, g0, g1):
     return rstd * (gh0 - mg - h0 * mgh), rstd * (gh1 - mg - h1 * mgh)
 
 
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k·_LN2_HI is exact for |k| < 2¹¹ (Cody–Waite)
+_LN2_LO = 1.90821492927058770002e-10
+_EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept normal
+
+
+@njit(cache=True, inline="always")
+def exp_nonpos(x, out, n):
+    """out[:n] = exp(x[:n]) for x <= 0 (the softmax's shifted scores), written so that the compiler vectorises
+    it (a scalar math.exp call per element was most of the forward pass): x = k·ln 2 + r, |r| <= ln2/2, exp(r) by
+    its Taylor polynomial to degree 13 (truncation < 1e−17), times 2^k built in the exponent bits. Within a few
+    ulp of math.exp where the result matters (tests/test_transformer_compiled.py; far below the softmax's largest
+    term, 1, a reassociated reduction may lose digits of a term that weighs nothing); below −708 the result is
+    exp(−708) instead of a subnormal; a NaN stays NaN. x and out may be the same array."""
+    for m in range(n):
+        v = _EXP_FLOOR if x[m] < _EXP_FLOOR else x[m]
+        k = math.floor(v * _LOG2E + 0.5)  # an integer in [−1022, 0]
+        r = (v - k * _LN2_HI) - k * _LN2_LO
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        p = p * r + 1.0
+        out[m] = p * np.int64((np.int64(k) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
+
+
 @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})  # vectorised sums: rounding-level changes only
 def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     """Σ weight·BCE of one batch; t, g [L, B] (time-major, zero-padded histories), lengths (real history lengths),
@@ -167,7 +202,8 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
                 mx = q * kmax if q >= 0.0 else q * kmin
                 ar = att[h, l]
                 for m in range(P):
-                    ar[m] = math.exp(q * kr[m] - mx)
+                    ar[m] = q * kr[m] - mx
+                exp_nonpos(ar, ar, P)
                 tot = 0.0
                 o = 0.0
                 if collapse:
