@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.base import InadequateData, ReviewData, recency_weights  # noqa: F401 (recency_weights re-exported)
+from models.target_batches import check_diverged, pad_histories, target_batches  # noqa: F401 (re-exported)
 from models.torch_rng import SHUFFLE_SEED
 
 TORCH_SEED = 42
@@ -85,50 +86,13 @@ class TrainResult:
     n_batches: int = 0
 
 
-def pad_histories(seq_delta_t: np.ndarray, seq_rating: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                  width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """[n, width] arrays of the histories seq[start : start+length], zero-padded at the end (vectorised gather)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if width is None:
-        width = int(lengths.max()) if len(lengths) else 0
-    cols = np.arange(width, dtype=np.int64)
-    mask = cols[None, :] < lengths[:, None]
-    idx = np.where(mask, starts[:, None] + cols[None, :], 0)
-    if len(seq_delta_t) == 0:
-        return np.zeros((len(starts), width)), np.zeros((len(starts), width))
-    t = np.where(mask, seq_delta_t[idx], 0.0)
-    g = np.where(mask, seq_rating[idx].astype(np.float64), 0.0)
-    return t, g
-
-
 def make_batches(data: ReviewData, weights: np.ndarray, batch_size: int, max_seq_len: int,
                  dtype: torch.dtype = torch.float32, sort_kind: str = "stable") -> list[Batch]:
-    """Upstream's BatchDataset: drop rows with history > max_seq_len, stable-sort by length, cut, pad per batch."""
-    rows = data.rows
-    lengths = rows["seq_pos"].to_numpy(np.int64)
-    keep = np.flatnonzero(lengths <= max_seq_len)
-    if len(keep) == 0:
-        raise InadequateData("every training row's history is longer than max_seq_len")
-    order = keep[np.argsort(lengths[keep], kind=sort_kind)]
-    starts = rows["seq_start"].to_numpy(np.int64)
-    delta_t = rows["delta_t"].to_numpy(np.float64)
-    y = rows["y"].to_numpy(np.float64)
-    batch_size = max(1, int(batch_size))
-    batches = []
-    for lo in range(0, len(order), batch_size):
-        sel = order[lo:lo + batch_size]
-        t, g = pad_histories(data.seq_delta_t, data.seq_rating, starts[sel], lengths[sel])
-        batches.append(Batch(
-            t=torch.as_tensor(t.T.copy(), dtype=dtype),
-            g=torch.as_tensor(g.T.copy(), dtype=dtype),
-            lengths=torch.as_tensor(lengths[sel]),
-            delta_t=torch.as_tensor(delta_t[sel], dtype=dtype),
-            y=torch.as_tensor(y[sel], dtype=dtype),
-            weight=torch.as_tensor(weights[sel], dtype=dtype),
-            rows=sel,
-        ))
-    return batches
+    """Upstream's BatchDataset (models/target_batches.py) as tensors of `dtype`."""
+    return [Batch(t=torch.as_tensor(b.t, dtype=dtype), g=torch.as_tensor(b.g, dtype=dtype),
+                  lengths=torch.as_tensor(b.lengths), delta_t=torch.as_tensor(b.delta_t, dtype=dtype),
+                  y=torch.as_tensor(b.y, dtype=dtype), weight=torch.as_tensor(b.weight, dtype=dtype), rows=b.rows)
+            for b in target_batches(data, weights, batch_size, max_seq_len, sort_kind)]
 
 
 def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
@@ -141,18 +105,6 @@ def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
         if penalty is not None:
             loss = loss + penalty / n
     return float(loss)
-
-
-def check_diverged(states: list, evaluate) -> float:
-    """The "training diverged" rule of a run that keeps its final weights: InadequateData when evaluate(state) is
-    NaN (not < inf) for every state (the checkpoints train() would have evaluated, in any order). States are
-    evaluated in the order given until one is finite, whose loss is returned: pass the final weights first, the
-    one finite in all but broken runs."""
-    for state in states:
-        loss = evaluate(state)
-        if loss < np.inf:
-            return loss
-    raise InadequateData("training diverged (no finite evaluation loss)")
 
 
 def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort_kind: str = "stable",

@@ -24,7 +24,8 @@ from models.nn17 import NN17
 from models.nn17_torch import NN17Net
 from models.lstm import LSTM, LSTMData, attach_sequences, equalized_train
 from models.lstm_torch import LSTMNet, per_target_batches
-from models.transformer import Transformer, TransformerNet, predict_windows
+from models.transformer import Transformer
+from models.transformer_torch import TransformerNet, predict_windows
 from runner import read_results, run
 
 torch.set_num_threads(1)  # as the runner's workers: these tiny networks only lose to thread start-up and spinning

@@ -13,8 +13,9 @@ import training
 from config import RunConfig
 from models.base import InadequateData
 from models import neural_seq
-from models.transformer import (Transformer, TransformerFlat, TransformerNet, draw_masks, fit_compiled, kernel_batch, kernel_masks,
-                                mask_shapes, predict_windows, transformer_forward)
+from models.transformer import (Transformer, TransformerFlat, draw_masks, fit_compiled, kernel_batch, kernel_masks,
+                                mask_shapes, predict_compiled)
+from models.transformer_torch import TransformerNet, predict_windows, transformer_forward
 from models.torch_rng import BernoulliStream, portable_bernoulli
 from models.transformer_kernels import N_PARAMS, PARAMS
 from models.gru_p import DECAY, FACTOR
@@ -137,7 +138,7 @@ def test_fine_tune_equals_the_torch_recipe(user8):
     np.testing.assert_allclose(ours.theta(), ref.theta(), rtol=0, atol=1e-8)
     assert not np.allclose(ours.theta(), _net(2).theta(), atol=1e-3)  # it did train
     test = user8.subset(np.arange(1200, 2000))
-    np.testing.assert_allclose(predict_windows(ours, test, compiled=True), predict_windows(ref, test),
+    np.testing.assert_allclose(predict_compiled(ours, test), predict_windows(ref, test),
                                rtol=1e-8, atol=0)
 
 
@@ -146,7 +147,7 @@ def test_compiled_prediction_equals_the_module(user8):
     net = _net(4)
     net.functional = False
     test = user8.subset(np.arange(300, 900))
-    np.testing.assert_allclose(predict_windows(net, test, chunk=128, compiled=True),
+    np.testing.assert_allclose(predict_compiled(net, test, chunk=128),
                                predict_windows(net, test, chunk=128), rtol=1e-12, atol=0)
 
 
