@@ -17,7 +17,7 @@ from models.transformer import (Transformer, TransformerFlat, draw_masks, fit_co
                                 mask_shapes, predict_compiled)
 from models.transformer_torch import TransformerNet, predict_windows, transformer_forward
 from models.torch_rng import BernoulliStream, portable_bernoulli
-from models.transformer_kernels import N_PARAMS, PARAMS
+from models.transformer_kernels import N_PARAMS, PARAMS, exp_nonpos
 from models.gru_p import DECAY, FACTOR
 
 
@@ -193,3 +193,33 @@ def test_model_uses_the_compiled_path_by_default(user8):
     neural_seq.load_pretrained(module, "Transformer", "")
     assert np.array_equal(model.net.theta(), module.theta())  # the pretrained weights, as the module holds them
     assert not Transformer(RunConfig(algo="Transformer", trainer="upstream")).compiled
+
+
+def test_vectorised_exp_is_within_an_ulp_of_math_exp():
+    """exp_nonpos (the encoder softmax's exps) against numpy's exp over the range the scores take, the floor at
+    −708 (exp(−708) instead of subnormals) and NaN kept."""
+    x = -np.concatenate([np.linspace(0, 1, 1001), np.random.default_rng(0).random(20000) * 708, [1e-300, 708.0]])
+    out = np.empty_like(x)
+    exp_nonpos(x, out, len(x))
+    np.testing.assert_allclose(out, np.exp(x), rtol=4.5e-16, atol=0)
+    y = np.array([-709.0, -1e4, -np.inf, np.nan, -0.5])
+    exp_nonpos(y, y, len(y))
+    assert y[0] == y[1] == y[2] == pytest.approx(np.exp(-708.0), rel=1e-15) and np.isnan(y[3])
+    assert y[4] == pytest.approx(np.exp(-0.5), rel=1e-16)
+
+
+def test_default_path_runs_without_torch():
+    """On an AMD CPU (masks emulated) the default fit and prediction never import torch."""
+    import subprocess
+    import sys
+
+    if not portable_bernoulli():
+        pytest.skip("torch draws the masks on this CPU")
+    code = ("import sys, numpy as np; from config import EMBEDDED_DATA, RunConfig; "
+            "from data_loader import load_revlogs; from features import FeatureConfig, build_features; "
+            "from models.transformer import Transformer; "
+            "d = build_features(load_revlogs(EMBEDDED_DATA, 1), FeatureConfig()); "
+            "m = Transformer(RunConfig(algo='Transformer', n_epoch=1)); "
+            "m.fit(d.subset(np.arange(300))); m.predict(d.subset(np.arange(300, 400))); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
