@@ -223,3 +223,18 @@ def test_default_path_runs_without_torch():
             "m.fit(d.subset(np.arange(300))); m.predict(d.subset(np.arange(300, 400))); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(not portable_bernoulli(), reason="the emulated masks apply on AMD CPUs only")
+def test_fit_with_torch_drawn_masks_equals_the_emulated_stream(user8, monkeypatch):
+    """fit_compiled's two mask sources (torch's own bernoulli_, the fallback off AMD; the emulated stream) give
+    bit-identical weights."""
+    import models.transformer as tr
+
+    data = user8.subset(np.arange(700))
+    cfg = RunConfig(algo="Transformer", n_epoch=1)
+    emulated, drawn = _net(5), _net(5)
+    fit_compiled(emulated, data, cfg, n_epoch=1)
+    monkeypatch.setattr(tr, "portable_bernoulli", lambda: False)
+    fit_compiled(drawn, data, cfg, n_epoch=1)
+    assert np.array_equal(emulated.theta(), drawn.theta())
