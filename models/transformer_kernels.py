@@ -159,7 +159,8 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     # per-target scratch, reused: qkv [L, 6], attention weights [2, L, L], head outputs [L, 2], the LayerNorm
     # outputs and x̂ (ln1, ln2, mem: [L, 4]) and 1/σ ([L, 3]), the feed-forward's pre-activations [L, 2]
     qkv = np.empty((L, 6))
-    att = np.empty((2, L, L))
+    att = np.empty((2, L, L))  # the encoder's attention exps (unnormalised) and their 1 / Σ
+    rinv = np.empty((2, L))
     kh, vh, gkh, gvh = np.empty((2, L)), np.empty((2, L)), np.empty((2, L)), np.empty((2, L))
     oh = np.empty((L, 2))
     ln1 = np.empty((L, 4))
@@ -220,9 +221,8 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
                     for m in range(P):
                         tot += ar[m]
                         o += ar[m] * vr[m]
-                inv = 1.0 / tot
-                for m in range(P):
-                    ar[m] *= inv
+                inv = 1.0 / tot  # att keeps the exps; the reverse pass scales by inv (saves a pass over L²)
+                rinv[h, l] = inv
                 oh[l, h] = o * inv
         for l in range(P):
             s0 = _lin2(th, E_OUT, oh[l, 0], oh[l, 1], 0) + th[E_OUT + 4]
@@ -461,7 +461,7 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             gkr[:] = 0.0
             gvr[:] = 0.0
             for l in range(L):
-                go = gx1[l, h]
+                go = gx1[l, h] * rinv[h, l]  # dL/d(head output) / Σ exps: the weights are att · rinv
                 q = qkv[l, h]
                 o = oh[l, h]
                 ar = att[h, l]
