@@ -13,7 +13,7 @@ p = (1 + FACTOR·Δt/S)^DECAY, loss = Σ weight·BCE(p, y) with torch's clamps:
 - dropout (training only) at all ten sites of the module, in the module's order: encoder self-attention weights
   [B, 2, L, L], after the self-attention [L, B, 2], inside the feed-forward [L, B, 2], after it [L, B, 2]; decoder
   self-attention weights [B, 2] (one target token), after it [B, 2], cross-attention weights [B, 2, L], after it,
-  inside and after the feed-forward [B, 2]. The masks are 0/1 arrays drawn by torch (models/transformer.py,
+  inside and after the feed-forward [B, 2]. The masks are 0/1 arrays drawn by torch or its emulation (models/transformer.py,
   `draw_masks`); a kept value is multiplied by 1/(1 − p) as F.dropout does;
 - the decoder's target is one zero token, so its self-attention softmax is over one key (weight 1, zero gradient
   to q and k) and its in-projection sees only the bias.
