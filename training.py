@@ -14,7 +14,12 @@ What it reproduces, rule by rule:
 - batch loss = Σ weight·BCE(p, y) (a sum; torch's BCE clamps its logs at −100) + penalty·B/N, where B is the
   batch's real size and N the number of training rows kept; the model's clipper runs after every step;
 - before every epoch and after the last one the whole training set is evaluated (mean weighted BCE + penalty/N)
-  and the weights with the lowest value are kept; the initial weights are candidates;
+  and the weights with the lowest value are kept; the initial weights are candidates. `keep="final"` is the
+  neural models' upstream rule instead (neural_seq.fit_upstream: upstream's aliased state dict returns the final
+  weights): the weights after the last step are kept, so the evaluations could change nothing but the "training
+  diverged" error (every evaluation NaN); they are run only as far as that question needs (`check_diverged`:
+  normally one pass, over the final weights, instead of epochs + 1). Evaluation draws no random numbers, so
+  skipping it leaves every dropout mask and batch order unchanged;
 - with `recency`, row weights 0.25 + 0.75·x³, x = linspace(0, 1, n) over ALL training rows in time order, assigned
   before the long rows are dropped (upstream sets the column on the training frame before BatchDataset filters).
 
@@ -32,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.base import InadequateData, ReviewData, recency_weights  # noqa: F401 (recency_weights re-exported)
+from models.target_batches import check_diverged, pad_histories, target_batches  # noqa: F401 (re-exported)
 from models.torch_rng import SHUFFLE_SEED
 
 TORCH_SEED = 42
@@ -80,50 +86,13 @@ class TrainResult:
     n_batches: int = 0
 
 
-def pad_histories(seq_delta_t: np.ndarray, seq_rating: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                  width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """[n, width] arrays of the histories seq[start : start+length], zero-padded at the end (vectorised gather)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if width is None:
-        width = int(lengths.max()) if len(lengths) else 0
-    cols = np.arange(width, dtype=np.int64)
-    mask = cols[None, :] < lengths[:, None]
-    idx = np.where(mask, starts[:, None] + cols[None, :], 0)
-    if len(seq_delta_t) == 0:
-        return np.zeros((len(starts), width)), np.zeros((len(starts), width))
-    t = np.where(mask, seq_delta_t[idx], 0.0)
-    g = np.where(mask, seq_rating[idx].astype(np.float64), 0.0)
-    return t, g
-
-
 def make_batches(data: ReviewData, weights: np.ndarray, batch_size: int, max_seq_len: int,
                  dtype: torch.dtype = torch.float32, sort_kind: str = "stable") -> list[Batch]:
-    """Upstream's BatchDataset: drop rows with history > max_seq_len, stable-sort by length, cut, pad per batch."""
-    rows = data.rows
-    lengths = rows["seq_pos"].to_numpy(np.int64)
-    keep = np.flatnonzero(lengths <= max_seq_len)
-    if len(keep) == 0:
-        raise InadequateData("every training row's history is longer than max_seq_len")
-    order = keep[np.argsort(lengths[keep], kind=sort_kind)]
-    starts = rows["seq_start"].to_numpy(np.int64)
-    delta_t = rows["delta_t"].to_numpy(np.float64)
-    y = rows["y"].to_numpy(np.float64)
-    batch_size = max(1, int(batch_size))
-    batches = []
-    for lo in range(0, len(order), batch_size):
-        sel = order[lo:lo + batch_size]
-        t, g = pad_histories(data.seq_delta_t, data.seq_rating, starts[sel], lengths[sel])
-        batches.append(Batch(
-            t=torch.as_tensor(t.T.copy(), dtype=dtype),
-            g=torch.as_tensor(g.T.copy(), dtype=dtype),
-            lengths=torch.as_tensor(lengths[sel]),
-            delta_t=torch.as_tensor(delta_t[sel], dtype=dtype),
-            y=torch.as_tensor(y[sel], dtype=dtype),
-            weight=torch.as_tensor(weights[sel], dtype=dtype),
-            rows=sel,
-        ))
-    return batches
+    """Upstream's BatchDataset (models/target_batches.py) as tensors of `dtype`."""
+    return [Batch(t=torch.as_tensor(b.t, dtype=dtype), g=torch.as_tensor(b.g, dtype=dtype),
+                  lengths=torch.as_tensor(b.lengths), delta_t=torch.as_tensor(b.delta_t, dtype=dtype),
+                  y=torch.as_tensor(b.y, dtype=dtype), weight=torch.as_tensor(b.weight, dtype=dtype), rows=b.rows)
+            for b in target_batches(data, weights, batch_size, max_seq_len, sort_kind)]
 
 
 def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
@@ -139,8 +108,9 @@ def _eval_loss(module: TrainableModule, batches: list[Batch], n: int) -> float:
 
 
 def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort_kind: str = "stable",
-          dtype: torch.dtype = torch.float32) -> TrainResult:
-    """Train `module` in place on `data` (rows in time order); on return it holds the best-epoch weights."""
+          dtype: torch.dtype = torch.float32, keep: str = "best") -> TrainResult:
+    """Train `module` in place on `data` (rows in time order); on return it holds the best-epoch weights, or with
+    keep="final" the weights after the last step (see the module docstring)."""
     if len(data) == 0:
         raise InadequateData("no training rows")
     weights = recency_weights(len(data)) if getattr(cfg, "recency", False) else np.ones(len(data))
@@ -164,8 +134,12 @@ def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort
             result.best_loss, result.best_epoch = loss, epoch
             best_state = copy.deepcopy(module.state_dict())
 
+    starts = []  # keep="final": the epoch-start weights, for check_diverged
     for epoch in range(n_epoch):
-        checkpoint(epoch)
+        if keep == "final":
+            starts.append(copy.deepcopy(module.state_dict()))
+        else:
+            checkpoint(epoch)
         module.train()
         for k in torch.randperm(len(batches), generator=generator).tolist():
             batch = batches[k]
@@ -180,6 +154,21 @@ def train(module: TrainableModule, data: ReviewData, cfg, lr: float = 4e-2, sort
             scheduler.step()
             with torch.no_grad():
                 module.clip_()
+    if keep == "final":
+        final = copy.deepcopy(module.state_dict())
+
+        def evaluate(state):
+            module.load_state_dict(state)
+            loss = _eval_loss(module, batches, n)
+            result.eval_losses.append(loss)
+            return loss
+
+        try:
+            result.best_loss = check_diverged([final] + starts, evaluate)
+        finally:
+            module.load_state_dict(final)
+        result.best_epoch = n_epoch
+        return result
     checkpoint(n_epoch)
     if best_state is None:  # every evaluation was NaN
         raise InadequateData("training diverged (no finite evaluation loss)")

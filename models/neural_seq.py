@@ -121,11 +121,8 @@ class CardSeqNet(training.TrainableModule):
         """Project the parameters into their allowed box after every optimizer step (default: nothing)."""
 
     def clip_(self) -> None:
-        """training.py's hook after every optimizer step: clip, and under `fit_upstream` record the live weights so
-        that the final epoch's weights can be returned (the aliasing quirk, see the module docstring)."""
+        """training.py's hook after every optimizer step."""
         self.clip_params_()
-        if getattr(self, "_record_last", False):
-            self._last_state = {k: v.detach().clone() for k, v in self.state_dict().items()}
 
 
 
@@ -209,13 +206,7 @@ def fit_upstream(net: CardSeqNet, data: ReviewData, cfg, *, n_epoch: int, lr: fl
     from dataclasses import replace
 
     run_cfg = replace(cfg, n_epoch=n_epoch) if hasattr(cfg, "__dataclass_fields__") else cfg
-    net._record_last, net._last_state = True, None
-    try:
-        training.train(net, data, run_cfg, lr=net.lr if lr is None else lr, dtype=net.dtype)
-    finally:
-        net._record_last = False
-    if net._last_state is not None:
-        net.load_state_dict(net._last_state)
+    training.train(net, data, run_cfg, lr=net.lr if lr is None else lr, dtype=net.dtype, keep="final")
     net.eval()
 
 

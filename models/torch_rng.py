@@ -7,9 +7,19 @@ per process) for a few dozen integers. torch's CPU generator is the standard 32-
 init_genrand (numpy's legacy MT19937 seeding), and its randperm for n < 2³²/20 is the Fisher–Yates pass
 `for i in 0..n−2: swap(r[i], r[i + random() % (n − i)])`, one 32-bit draw per swap. tests/test_torch_rng.py checks
 it against torch itself.
+
+`BernoulliStream` draws what `tensor.bernoulli_(p)` draws from torch's DEFAULT generator after
+torch.manual_seed(seed), on CPUs where torch takes its portable path: one Bernoulli per element in memory order,
+each from a 64-bit draw (two 32-bit words, the first the high half) whose low 53 bits u give u·2⁻⁵³ < p. On Intel
+CPUs an MKL build of torch draws instead from MKL's own stream (seeded by one draw of the generator), which is not
+reproduced: `portable_bernoulli()` says whether this CPU is one where the emulation applies (AMD), and callers draw
+with torch elsewhere. Why: the Transformer's compiled trainer needs ~10⁷ dropout-mask elements per user, and
+torch's element-by-element draw (~10 ns each) cost as much as the network itself.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 from numba import njit
@@ -44,3 +54,34 @@ def _swap_pass(r, draws):
     for i in range(len(draws)):
         j = i + draws[i]
         r[i], r[j] = r[j], r[i]
+
+
+class BernoulliStream:
+    """torch's default generator after torch.manual_seed(seed), as far as bernoulli_(p) with a scalar p uses it on
+    the portable path (module docstring)."""
+
+    def __init__(self, seed: int):
+        bits = np.random.MT19937(0)
+        bits._legacy_seeding(int(seed) & 0xFFFFFFFF)
+        self._draw = np.random.Generator(bits)  # full-range uint64 draws = MT19937's next64: (word << 32) | word
+
+    def bernoulli(self, n: int, p: float) -> np.ndarray:
+        """torch.empty(n, dtype=torch.uint8).bernoulli_(p).numpy() (reshape for other shapes: memory order)."""
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"p = {p}: the emulation covers 0 <= p < 1")
+        u = self._draw.integers(0, 2**64 - 1, size=int(n), dtype=np.uint64, endpoint=True) & np.uint64(2**53 - 1)
+        return (u < np.uint64(int(p * 2.0 ** 53))).view(np.uint8)
+
+
+@lru_cache(maxsize=None)
+def portable_bernoulli() -> bool:
+    """Whether torch's CPU bernoulli_ takes the portable mt19937 path here: an AMD CPU (Intel: MKL's stream in MKL
+    builds; anything not recognised counts as not portable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip() == "AuthenticAMD"
+    except OSError:
+        pass
+    return False
