@@ -568,6 +568,13 @@ def _pow_const(x: str, e: float) -> str:
     return f"({x} ** {_lit(e)})"
 
 
+def _pow_quotient(v: str, x: str, fallback: str) -> str:
+    """x^(y−1) in pow's derivative as v/x from the forward value v = x^y (a division instead of a pow call, equal
+    up to rounding), where that is exact enough: x ≠ 0 and v a normal finite number; else `fallback`, torch's
+    own x^(y−1) (x = 0, overflow, underflow, NaN)."""
+    return f"({v} / {x} if ({x} != 0.0 and 2.2250738585072014e-308 <= abs({v}) < math.inf) else {fallback})"
+
+
 def _needed(nodes, outputs, leaves=()) -> list[int]:
     """Ids of the nodes the outputs depend on, in topological (creation) order (`leaves` are read, not computed)."""
     need = set()
@@ -601,7 +608,8 @@ def _hoisted(nodes, functions: list[list[int]]) -> list[int]:
 
 
 def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None) -> list[str]:
-    """v<k> = <value of node k> for every needed node (`leaves`: node -> the expression that reads it)."""
+    """v<k> = <value of node k> for every needed node (`leaves`: node -> the expression that reads it: a hoisted
+    value in wc, or in a VJP a transcendental value its forward function kept in the state)."""
     nodes, lines = tr.graph.nodes, []
     for k in order:
         op, args, attr, dtype, _ = nodes[k]
@@ -715,6 +723,19 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
     """a<k> adjoints from the output seeds back to the inputs (torch's derivative formulas); `sink[(op, attr)]`
     gives the statement that stores an input's adjoint (e.g. gw[3] += a7)."""
     nodes, lines = tr.graph.nodes, []
+    logs: dict[int, str] = {}
+    computed = set(order)
+
+    def log_of(j):  # ln of node j, once per function: a log node the model computed, or a new line
+        if j not in logs:
+            known = tr.graph._ids.get(("log", (j,), None))
+            if known is not None and known in computed and nodes[known][3] == "f8":
+                logs[j] = f"v{known}"
+            else:
+                lines.append(f"    l{j} = math.log(v{j})")
+                logs[j] = f"l{j}"
+        return logs[j]
+
     for k in sorted(act):
         lines.append(f"    a{k} = 0.0")
     for k, exprs in seeds.items():
@@ -766,7 +787,11 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
             add(args[0], f"{g} * (1.0 - v{k} * v{k})")
         elif op == "powc":
             if attr != 0.0:
-                add(args[0], f"{g} * ({_lit(float(attr))} * {_pow_const(a[0], float(attr) - 1.0)})")
+                e = float(attr)
+                if e in (1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0) or args[0] not in act:
+                    add(args[0], f"{g} * ({_lit(e)} * {_pow_const(a[0], e - 1.0)})")
+                else:
+                    add(args[0], f"{g} * ({_lit(e)} * {_pow_quotient(f'v{k}', a[0], _pow_const(a[0], e - 1.0))})")
         elif op == "rpowc":
             ln = _lit(math.log(attr)) if attr > 0 else ("math.nan" if attr < 0 else "-math.inf")
             if attr == 0:
@@ -775,8 +800,11 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
                 add(args[0], f"{g} * (v{k} * {ln})")
         elif op == "pow":
             x, y = a
-            add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * float({x}) ** ({y} - 1.0)))")
-            add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * math.log({x}))")
+            if args[0] in act:
+                xpow = _pow_quotient(f"v{k}", x, f"float({x}) ** ({y} - 1.0)")
+                add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * {xpow}))")
+            if args[1] in act:
+                add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * {log_of(args[0])})")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -828,8 +856,10 @@ import math
 import numpy as np
 from numba import njit
 
-N_STATE = {n_state}
-N_ADJ = N_STATE
+from models.kernel_math import bce
+
+N_STATE = {n_total}
+N_ADJ = {n_state}
 N_W = {n_w}
 '''
 _JIT = '@njit(cache=True, error_model="numpy")'
@@ -839,32 +869,52 @@ def _function(name: str, params: str, body: list[str]) -> str:
     return f"\n\n{_JIT}\ndef {name}({params}):\n" + "\n".join(body or ["    pass"]) + "\n"
 
 
+# ops whose value costs a libm call: init and step keep theirs in the state for their VJPs
+_TRANSCENDENTAL = {"exp", "log", "log1p", "sqrt", "sigmoid", "tanh", "pow", "rpowc", "logaddexp", "softplus"}
+
+
+def _stashed(nodes, order: list[int], leaves: dict) -> list[int]:
+    """The float64 transcendental values a forward function computes (hoisted ones excluded): init and step write
+    them into state[n_state:] and their VJPs read them back instead of calling libm again."""
+    cheap_pow = (1.0, 2.0, 3.0, -1.0, -2.0)
+    return [k for k in order if k not in leaves and nodes[k][3] == "f8"
+            and (nodes[k][0] in _TRANSCENDENTAL or (nodes[k][0] == "powc" and float(nodes[k][2]) not in cheap_pow))]
+
+
 def generate(traces: dict, source: str = "a model file") -> str:
     """The plug-in's Python source (models/seq_model_stub.py's contract)."""
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
-    parts = [_HEADER.format(source=source, n_state=n_state, n_w=n_w)]
-    specs = {  # name: (trace, inputs, params, vjp params, seeds of the vjp, state input sink)
-        "init": ("w, g, t, out", "w, g, t, state, gstate, gw", {"g": "g", "t": "t"}, "gstate", None),
+    specs = {  # name: (params, vjp params, inputs, seeds of the vjp, state input sink, where the vjp finds the stash)
+        "init": ("w, g, t, out", "w, g, t, state, gstate, gw", {"g": "g", "t": "t"}, "gstate", None, "state"),
         "step": ("w, prev, t, g, out", "w, prev, t, g, new, gnew, gprev, gw",
-                 dict({"g": "g", "t": "t"}, **{f"s{i}": f"prev[{i}]" for i in range(n_state)}), "gnew", "gprev"),
+                 dict({"g": "g", "t": "t"}, **{f"s{i}": f"prev[{i}]" for i in range(n_state)}), "gnew", "gprev",
+                 "new"),
         "curve": ("w, state, t", "w, state, t, gp, gstate, gw",
-                  dict({"t": "t"}, **{f"s{i}": f"state[{i}]" for i in range(n_state)}), "gp", "gstate"),
+                  dict({"t": "t"}, **{f"s{i}": f"state[{i}]" for i in range(n_state)}), "gp", "gstate", None),
     }
     nodes = traces["init"].graph.nodes
     hoist = _hoisted(nodes, [traces[name].outputs for name in specs])
     leaves = {k: f"w[{n_w + i}]" for i, k in enumerate(hoist)}
+    orders = {name: _needed(nodes, traces[name].outputs, leaves) for name in specs}
+    stash = {name: _stashed(nodes, orders[name], leaves) for name in ("init", "step")}
+    n_total = n_state + max(len(v) for v in stash.values())
+    parts = [_HEADER.format(source=source, n_state=n_state, n_total=n_total, n_w=n_w)]
     if hoist:
         parts.append(_precompute(traces["init"], hoist, n_w))
-    for name, (params, vjp_params, inputs, gname, gstate) in specs.items():
+    for name, (params, vjp_params, inputs, gname, gstate, kept) in specs.items():
         tr = traces[name]
-        order = _needed(tr.graph.nodes, tr.outputs, leaves)
+        order = orders[name]
         fwd = _forward_lines(tr, order, inputs, leaves)
         if name == "curve":
             store = [f"    return v{tr.outputs[0]}"]
         else:
             store = [f"    out[{i}] = v{o}" for i, o in enumerate(tr.outputs)]
+            store += [f"    out[{n_state + i}] = v{k}" for i, k in enumerate(stash[name])]
         parts.append(_function(name, params, fwd + store))
+        if kept:  # the VJP reads the forward's transcendental values back from the state it wrote
+            fwd = _forward_lines(tr, order, inputs, {**leaves, **{k: f"{kept}[{n_state + i}]"
+                                                                  for i, k in enumerate(stash[name])}})
         act = _active(tr.graph.nodes, order, leaves)
         seeds: dict[int, list[str]] = {}
         for i, o in enumerate(tr.outputs):
@@ -879,6 +929,13 @@ def generate(traces: dict, source: str = "a model file") -> str:
             sink.update({("in", f"s{i}"): f"gstate[{i}] += {{}}" for i in range(n_state)})
         back = _backward_lines(tr, order, act, seeds, sink)
         parts.append(_function(f"{name}_vjp", vjp_params, fwd + pre + back))
+        if name == "curve":  # one target's weighted BCE: the curve's forward pass once, shared with its reverse
+            p = f"v{tr.outputs[0]}"
+            parts.append(_function("target_loss", "w, state, t, y, wt", fwd + [f"    return bce({p}, y, wt)[0]"]))
+            seeds = {tr.outputs[0]: ["gp"]}
+            back = _backward_lines(tr, order, act, seeds, sink)
+            parts.append(_function("target_loss_vjp", "w, state, t, y, wt, gstate, gw",
+                                   fwd + [f"    lo, gp = bce({p}, y, wt)"] + back + ["    return lo"]))
     if "clip" in traces:
         tr = traces["clip"]
         order = _needed(tr.graph.nodes, tr.outputs)

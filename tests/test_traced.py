@@ -143,7 +143,7 @@ def _vjp_vs_torch(step_fn, w, prev, t, g, gnew):
     opts = np.zeros(0)
     w_np = np.array(w, float)
     wc = plugin.precompute(w_np, opts) if hasattr(plugin, "precompute") else w_np  # weight-only values hoisted
-    out = np.zeros(len(prev))
+    out = np.zeros(plugin.N_STATE)  # the state, then the values the step keeps for its VJP
     plugin.step(wc, np.array(prev, float), float(t), int(g), out)
     gprev, gwc = np.full(len(prev), 7.0), np.zeros(len(wc))
     plugin.step_vjp(wc, np.array(prev, float), float(t), int(g), out, np.array(gnew, float), gprev, gwc)
@@ -158,7 +158,7 @@ def _vjp_vs_torch(step_fn, w, prev, t, g, gnew):
     grads = torch.autograd.grad(total, [wt] + pt, allow_unused=True)
     ref_w = np.zeros(len(w)) if grads[0] is None else grads[0].numpy()
     ref_prev = np.array([0.0 if x is None else float(x[0]) for x in grads[1:]])
-    np.testing.assert_array_equal(out, np.array([float(x.detach().reshape(-1)[0]) for x in new]))
+    np.testing.assert_array_equal(out[:len(prev)], np.array([float(x.detach().reshape(-1)[0]) for x in new]))
     # the same terms, summed in another order (weight-only terms reach gw through precompute_vjp): a few ulps
     np.testing.assert_allclose(gw, ref_w, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(gprev, ref_prev, rtol=1e-13, atol=1e-14)
