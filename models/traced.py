@@ -607,14 +607,29 @@ def _hoisted(nodes, functions: list[list[int]]) -> list[int]:
     return sorted(frontier)
 
 
-def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None) -> list[str]:
-    """v<k> = <value of node k> for every needed node (`leaves`: node -> the expression that reads it: a hoisted
-    value in wc, or in a VJP a transcendental value its forward function kept in the state)."""
+def _computed_pow(nodes, k: int, leaves) -> bool:
+    """Node k is a float64 x ** y the function computes (not read from wc): it is written exp(y·ln x) with ln x
+    shared by every pow of the same base (l<x>), which the reverse pass reuses for d/dy = x^y·ln x."""
+    return nodes[k][0] == "pow" and nodes[k][3] == "f8" and not (leaves and k in leaves)
+
+
+def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None,
+                   reads: dict | None = None) -> list[str]:
+    """v<k> = <value of node k> for every needed node (`leaves`: node -> the expression that reads it, a hoisted
+    value in wc; `reads`: variable name -> the expression that reads it, in a VJP the transcendental values its
+    forward function kept in the state)."""
     nodes, lines = tr.graph.nodes, []
+    reads = reads or {}
+    logged = set()
     for k in order:
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
-        if leaves and k in leaves:
+        if _computed_pow(nodes, k, leaves) and args[0] not in logged:
+            logged.add(args[0])
+            lines.append(f"    l{args[0]} = {reads.get(f'l{args[0]}', f'math.log(v{args[0]})')}")
+        if f"v{k}" in reads:
+            expr = reads[f"v{k}"]
+        elif leaves and k in leaves:
             expr = leaves[k]
         elif op == "const":
             expr = _lit(attr[1])
@@ -648,8 +663,12 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = _pow_const(a[0], attr) if dtype == "f8" else f"{a[0]} ** {attr}"
         elif op == "rpowc":
             expr = f"{_lit(attr)} ** {a[0]}" if dtype != "f8" else f"{_lit(float(attr))} ** float({a[0]})"
-        elif op == "pow":
-            expr = f"float({a[0]}) ** float({a[1]})"
+        elif op == "pow":  # pow as exp(y·ln x) where that is pow up to rounding: x > 0 finite, y finite
+            x, y = a
+            expr = f"float({x}) ** float({y})"
+            if dtype == "f8":
+                expr = (f"math.exp({y} * l{args[0]}) if ({x} > 0.0 and {x} < math.inf and abs({y}) < math.inf) "
+                        f"else {expr}")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -723,19 +742,6 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
     """a<k> adjoints from the output seeds back to the inputs (torch's derivative formulas); `sink[(op, attr)]`
     gives the statement that stores an input's adjoint (e.g. gw[3] += a7)."""
     nodes, lines = tr.graph.nodes, []
-    logs: dict[int, str] = {}
-    computed = set(order)
-
-    def log_of(j):  # ln of node j, once per function: a log node the model computed, or a new line
-        if j not in logs:
-            known = tr.graph._ids.get(("log", (j,), None))
-            if known is not None and known in computed and nodes[known][3] == "f8":
-                logs[j] = f"v{known}"
-            else:
-                lines.append(f"    l{j} = math.log(v{j})")
-                logs[j] = f"l{j}"
-        return logs[j]
-
     for k in sorted(act):
         lines.append(f"    a{k} = 0.0")
     for k, exprs in seeds.items():
@@ -804,7 +810,7 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
                 xpow = _pow_quotient(f"v{k}", x, f"float({x}) ** ({y} - 1.0)")
                 add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * {xpow}))")
             if args[1] in act:
-                add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * {log_of(args[0])})")
+                add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * l{args[0]})")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -873,12 +879,20 @@ def _function(name: str, params: str, body: list[str]) -> str:
 _TRANSCENDENTAL = {"exp", "log", "log1p", "sqrt", "sigmoid", "tanh", "pow", "rpowc", "logaddexp", "softplus"}
 
 
-def _stashed(nodes, order: list[int], leaves: dict) -> list[int]:
-    """The float64 transcendental values a forward function computes (hoisted ones excluded): init and step write
-    them into state[n_state:] and their VJPs read them back instead of calling libm again."""
+def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
+    """The float64 transcendental values a forward function computes (hoisted ones excluded), by variable name:
+    init and step write them into state[n_state:] and their VJPs read them back instead of calling libm again."""
     cheap_pow = (1.0, 2.0, 3.0, -1.0, -2.0)
-    return [k for k in order if k not in leaves and nodes[k][3] == "f8"
-            and (nodes[k][0] in _TRANSCENDENTAL or (nodes[k][0] == "powc" and float(nodes[k][2]) not in cheap_pow))]
+    names = []
+    for k in order:
+        op, args, attr, dtype, _ = nodes[k]
+        if k in leaves or dtype != "f8":
+            continue
+        if _computed_pow(nodes, k, leaves) and f"l{args[0]}" not in names:
+            names.append(f"l{args[0]}")
+        if op in _TRANSCENDENTAL or (op == "powc" and float(attr) not in cheap_pow):
+            names.append(f"v{k}")
+    return names
 
 
 def generate(traces: dict, source: str = "a model file") -> str:
@@ -910,11 +924,11 @@ def generate(traces: dict, source: str = "a model file") -> str:
             store = [f"    return v{tr.outputs[0]}"]
         else:
             store = [f"    out[{i}] = v{o}" for i, o in enumerate(tr.outputs)]
-            store += [f"    out[{n_state + i}] = v{k}" for i, k in enumerate(stash[name])]
+            store += [f"    out[{n_state + i}] = {v}" for i, v in enumerate(stash[name])]
         parts.append(_function(name, params, fwd + store))
         if kept:  # the VJP reads the forward's transcendental values back from the state it wrote
-            fwd = _forward_lines(tr, order, inputs, {**leaves, **{k: f"{kept}[{n_state + i}]"
-                                                                  for i, k in enumerate(stash[name])}})
+            fwd = _forward_lines(tr, order, inputs, leaves, {v: f"{kept}[{n_state + i}]"
+                                                             for i, v in enumerate(stash[name])})
         act = _active(tr.graph.nodes, order, leaves)
         seeds: dict[int, list[str]] = {}
         for i, o in enumerate(tr.outputs):
