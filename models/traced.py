@@ -607,6 +607,16 @@ def _hoisted(nodes, functions: list[list[int]]) -> list[int]:
     return sorted(frontier)
 
 
+# ops whose forward and derivative share one exp (e<k>): logaddexp's e^{−|x−y|}, softplus' e^{βx}
+_WITH_EXP = {"logaddexp", "softplus"}
+
+
+def _exp_arg(op: str, a: list[str], attr) -> str:
+    if op == "logaddexp":
+        return f"math.exp(-abs({a[0]} - {a[1]}))"
+    return f"math.exp({a[0]} * {_lit(attr[0])})"
+
+
 def _computed_pow(nodes, k: int, leaves) -> bool:
     """Node k is a float64 x ** y the function computes (not read from wc): it is written exp(y·ln x) with ln x
     shared by every pow of the same base (l<x>), which the reverse pass reuses for d/dy = x^y·ln x."""
@@ -627,6 +637,8 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         if _computed_pow(nodes, k, leaves) and args[0] not in logged:
             logged.add(args[0])
             lines.append(f"    l{args[0]} = {reads.get(f'l{args[0]}', f'math.log(v{args[0]})')}")
+        if op in _WITH_EXP and not (leaves and k in leaves):  # the exp its forward and reverse share
+            lines.append(f"    e{k} = {reads.get(f'e{k}', _exp_arg(op, a, attr))}")
         if f"v{k}" in reads:
             expr = reads[f"v{k}"]
         elif leaves and k in leaves:
@@ -689,12 +701,11 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = f"{a[1]} if {a[0]} else {a[2]}"
         elif op == "logaddexp":  # torch's CPU kernel: an infinity equal on both sides is returned as is
             x, y = a
-            expr = (f"{x} if (math.isinf({x}) and {x} == {y}) else "
-                    f"(max({x}, {y}) + math.log1p(math.exp(-abs({x} - {y}))))")
+            expr = f"{x} if (math.isinf({x}) and {x} == {y}) else (max({x}, {y}) + math.log1p(e{k}))"
         elif op == "softplus":
             beta, threshold = attr
             xb = f"({a[0]} * {_lit(beta)})"
-            expr = f"{a[0]} if {xb} > {_lit(threshold)} else math.log1p(math.exp({xb})) / {_lit(beta)}"
+            expr = f"{a[0]} if {xb} > {_lit(threshold)} else math.log1p(e{k}) / {_lit(beta)}"
         elif op == "nan_to_num":
             nan, posinf, neginf = attr
             x = a[0]
@@ -833,14 +844,14 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         elif op == "where":
             add(args[1], f"({g} if {a[0]} else 0.0)")
             add(args[2], f"(0.0 if {a[0]} else {g})")
-        elif op == "logaddexp":  # derivatives.yaml: grad / (1 + exp(other - self)) for each side
-            x, y = a
-            add(args[0], f"{g} / (1.0 + math.exp({y} - {x}))")
-            add(args[1], f"{g} / (1.0 + math.exp({x} - {y}))")
+        elif op == "logaddexp":  # derivatives.yaml: grad / (1 + exp(other - self)) for each side, from the
+            x, y = a            # forward's e = e^{−|x−y|}: 1/(1 + e) on the larger side, e/(1 + e) on the other
+            add(args[0], f"({g} / (1.0 + e{k}) if {x} >= {y} else {g} * e{k} / (1.0 + e{k}))")
+            add(args[1], f"({g} / (1.0 + e{k}) if {y} >= {x} else {g} * e{k} / (1.0 + e{k}))")
         elif op == "softplus":  # softplus_backward: z = exp(x·β); grad where x·β > threshold, else grad·z/(z + 1)
             beta, threshold = attr
             xb = f"({a[0]} * {_lit(beta)})"
-            add(args[0], f"({g} if {xb} > {_lit(threshold)} else {g} * math.exp({xb}) / (math.exp({xb}) + 1.0))")
+            add(args[0], f"({g} if {xb} > {_lit(threshold)} else {g} * e{k} / (e{k} + 1.0))")
         elif op == "nan_to_num":  # grad · isfinite(x)
             add(args[0], f"({g} if math.isfinite({a[0]}) else 0.0)")
         elif op == "cast":
@@ -890,6 +901,8 @@ def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
             continue
         if _computed_pow(nodes, k, leaves) and f"l{args[0]}" not in names:
             names.append(f"l{args[0]}")
+        if op in _WITH_EXP:
+            names.append(f"e{k}")
         if op in _TRANSCENDENTAL or (op == "powc" and float(attr) not in cheap_pow):
             names.append(f"v{k}")
     return names
