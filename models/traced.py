@@ -21,11 +21,31 @@ written with a handful of torch ops, so it can be read as an expression graph an
    d/dx = y·x^(y−1) (0 where y == 0), d/dy = x^y·ln x masked to 0 where x == 0 and y >= 0; integer and boolean
    nodes carry none; an integer-indexed weight read adds into gw at that index. Both sides of a where are computed
    and differentiated, as in torch, so a NaN or inf on the unused side reaches the gradient the same way.
-3. Code generation. A module following models/seq_model_stub.py: N_STATE, init/step/curve and init_vjp/step_vjp/
-   curve_vjp as straight-line `@njit(cache=True, error_model="numpy")` scalar functions (x/0 = inf as in torch;
-   step_vjp recomputes the forward step), plus `project(w)` (the clip hook, in place, after the box clip) when the
-   file has one. Written once per content hash into the engine directory and registered in sys.modules, so
-   `SeqEngine(name, LOWER, UPPER)` compiles its disk-cached kernels for it.
+3. Code generation. A module following models/seq_model_stub.py: init/step/curve and init_vjp/step_vjp/
+   curve_vjp as straight-line `@njit(cache=True, error_model="numpy")` scalar functions (x/0 = inf as in torch),
+   `precompute` (the weight-only values, once per weight vector), target_loss / target_loss_vjp, plus `project(w)`
+   (the clip hook, in place, after the box clip) when the file has one. Written once per content hash into the
+   engine directory and registered in sys.modules, so `SeqEngine(name, LOWER, UPPER)` compiles its disk-cached
+   kernels for it.
+   Why it is shaped so (measured on FSRS-6's TorchSteps against the hand-written models/fsrs6_kernels.py, whose
+   step costs ~55 ns a review where the first generated one cost ~120 and its VJP another ~190): a reverse pass
+   that recomputed the forward step paid for every libm call twice, and torch's derivative formulas add one
+   more pow or exp per node. So:
+   - init and step write every transcendental value they compute (exp, log, pow, ...) into state[n:]
+     (N_STATE = n + that many, N_ADJ = n: only the model's state carries adjoints), and their VJPs read them
+     back from the state they wrote: the reverse pass is arithmetic only;
+   - a float64 pow x^y is exp(y·ln x) with ln x computed once per base (FSRS-7 raises S to four weights), where
+     that is pow up to rounding (x > 0 finite, y finite; pow itself elsewhere, so 0^y, (−2)^3, inf keep pow's
+     values); d/dy = x^y·ln x reuses that ln x and d/dx = y·x^(y−1) is y·(x^y / x) while x^y is a normal
+     nonzero number (torch's x^(y−1) otherwise);
+   - logaddexp and softplus keep the exp their forward computes (e^{−|x−y|}, e^{βx}) for their derivatives;
+   - target_loss_vjp evaluates the curve once per target (the engine's default composes curve and curve_vjp,
+     which evaluates it again).
+   Results change by rounding only (tests/test_traced.py's tolerances; FSRS-7's and SBD's result lines on the
+   embedded data are unchanged). What remains of the gap to a hand-written kernel is torch.where's semantics:
+   both sides of every where are computed and differentiated (so a NaN on the unused side reaches the gradient
+   as in torch), where a hand-written step computes only the branch a review takes. numba's inline="always" on
+   the generated functions was measured too: no gain beyond noise, twice the compile time, so it is not used.
 
 `compile_module(module)` gives the plug-in's module name (or raises TraceError); `CompiledOwnEngine` runs a model
 file's RECIPE on SeqEngine with the autograd engine's API (fit / predict / loss_and_grad / clip).
