@@ -45,7 +45,8 @@ written with a handful of torch ops, so it can be read as an expression graph an
    embedded data are unchanged). What remains of the gap to a hand-written kernel is torch.where's semantics:
    both sides of every where are computed and differentiated (so a NaN on the unused side reaches the gradient
    as in torch), where a hand-written step computes only the branch a review takes. numba's inline="always" on
-   the generated functions was measured too: no gain beyond noise, twice the compile time, so it is not used.
+   the generated functions was measured too: no gain beyond noise, twice the compile time, so it is not used;
+   nor is fastmath (contract/arcp/reassoc: no clear gain, and it would reorder torch's arithmetic).
 
 `compile_module(module)` gives the plug-in's module name (or raises TraceError); `CompiledOwnEngine` runs a model
 file's RECIPE on SeqEngine with the autograd engine's API (fit / predict / loss_and_grad / clip).
