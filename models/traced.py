@@ -21,11 +21,32 @@ written with a handful of torch ops, so it can be read as an expression graph an
    d/dx = y·x^(y−1) (0 where y == 0), d/dy = x^y·ln x masked to 0 where x == 0 and y >= 0; integer and boolean
    nodes carry none; an integer-indexed weight read adds into gw at that index. Both sides of a where are computed
    and differentiated, as in torch, so a NaN or inf on the unused side reaches the gradient the same way.
-3. Code generation. A module following models/seq_model_stub.py: N_STATE, init/step/curve and init_vjp/step_vjp/
-   curve_vjp as straight-line `@njit(cache=True, error_model="numpy")` scalar functions (x/0 = inf as in torch;
-   step_vjp recomputes the forward step), plus `project(w)` (the clip hook, in place, after the box clip) when the
-   file has one. Written once per content hash into the engine directory and registered in sys.modules, so
-   `SeqEngine(name, LOWER, UPPER)` compiles its disk-cached kernels for it.
+3. Code generation. A module following models/seq_model_stub.py: init/step/curve and init_vjp/step_vjp/
+   curve_vjp as straight-line `@njit(cache=True, error_model="numpy")` scalar functions (x/0 = inf as in torch),
+   `precompute` (the weight-only values, once per weight vector), target_loss / target_loss_vjp, plus `project(w)`
+   (the clip hook, in place, after the box clip) when the file has one. Written once per content hash into the
+   engine directory and registered in sys.modules, so `SeqEngine(name, LOWER, UPPER)` compiles its disk-cached
+   kernels for it.
+   Why it is shaped so: on FSRS-6's TorchSteps a training pass (step, step_vjp, the target's loss and gradient)
+   cost ~690 ns a review against ~140 for the hand-written models/fsrs6_kernels.py, ~465 of it in step_vjp,
+   which recomputed the forward step (every libm call twice) and whose derivative formulas add one more pow or
+   log per pow node. So (now ~300 ns; FSRS-7 1450 → 520, SBD 640 → 400; numba loops over the functions):
+   - init and step write every transcendental value they compute (exp, log, pow, ...) into state[n:]
+     (N_STATE = n + that many, N_ADJ = n: only the model's state carries adjoints), and their VJPs read them
+     back from the state they wrote: the reverse pass is arithmetic only;
+   - a float64 pow x^y is exp(y·ln x) with ln x computed once per base (FSRS-7 raises S to four weights), where
+     that is pow up to rounding (x > 0 finite, y finite; pow itself elsewhere, so 0^y, (−2)^3, inf keep pow's
+     values); d/dy = x^y·ln x reuses that ln x and d/dx = y·x^(y−1) is y·(x^y / x) while x^y is a normal
+     nonzero number (torch's x^(y−1) otherwise);
+   - logaddexp and softplus keep the exp their forward computes (e^{−|x−y|}, e^{βx}) for their derivatives;
+   - target_loss_vjp evaluates the curve once per target (the engine's default composes curve and curve_vjp,
+     which evaluates it again).
+   Results change by rounding only (tests/test_traced.py's tolerances; FSRS-7's and SBD's result lines on the
+   embedded data are unchanged). What remains of the gap to a hand-written kernel is torch.where's semantics:
+   both sides of every where are computed and differentiated (so a NaN on the unused side reaches the gradient
+   as in torch), where a hand-written step computes only the branch a review takes. numba's inline="always" on
+   the generated functions was measured too: no gain beyond noise, twice the compile time, so it is not used;
+   nor is fastmath (contract/arcp/reassoc: no clear gain, and it would reorder torch's arithmetic).
 
 `compile_module(module)` gives the plug-in's module name (or raises TraceError); `CompiledOwnEngine` runs a model
 file's RECIPE on SeqEngine with the autograd engine's API (fit / predict / loss_and_grad / clip).
@@ -568,6 +589,13 @@ def _pow_const(x: str, e: float) -> str:
     return f"({x} ** {_lit(e)})"
 
 
+def _pow_quotient(v: str, x: str, fallback: str) -> str:
+    """x^(y−1) in pow's derivative as v/x from the forward value v = x^y (a division instead of a pow call, equal
+    up to rounding), where that is exact enough: x ≠ 0 and v a normal finite number; else `fallback`, torch's
+    own x^(y−1) (x = 0, overflow, underflow, NaN)."""
+    return f"({v} / {x} if ({x} != 0.0 and 2.2250738585072014e-308 <= abs({v}) < math.inf) else {fallback})"
+
+
 def _needed(nodes, outputs, leaves=()) -> list[int]:
     """Ids of the nodes the outputs depend on, in topological (creation) order (`leaves` are read, not computed)."""
     need = set()
@@ -600,13 +628,41 @@ def _hoisted(nodes, functions: list[list[int]]) -> list[int]:
     return sorted(frontier)
 
 
-def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None) -> list[str]:
-    """v<k> = <value of node k> for every needed node (`leaves`: node -> the expression that reads it)."""
+# ops whose forward and derivative share one exp (e<k>): logaddexp's e^{−|x−y|}, softplus' e^{βx}
+_WITH_EXP = {"logaddexp", "softplus"}
+
+
+def _exp_arg(op: str, a: list[str], attr) -> str:
+    if op == "logaddexp":
+        return f"math.exp(-abs({a[0]} - {a[1]}))"
+    return f"math.exp({a[0]} * {_lit(attr[0])})"
+
+
+def _computed_pow(nodes, k: int, leaves) -> bool:
+    """Node k is a float64 x ** y the function computes (not read from wc): it is written exp(y·ln x) with ln x
+    shared by every pow of the same base (l<x>), which the reverse pass reuses for d/dy = x^y·ln x."""
+    return nodes[k][0] == "pow" and nodes[k][3] == "f8" and not (leaves and k in leaves)
+
+
+def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None,
+                   reads: dict | None = None) -> list[str]:
+    """v<k> = <value of node k> for every needed node (`leaves`: node -> the expression that reads it, a hoisted
+    value in wc; `reads`: variable name -> the expression that reads it, in a VJP the transcendental values its
+    forward function kept in the state)."""
     nodes, lines = tr.graph.nodes, []
+    reads = reads or {}
+    logged = set()
     for k in order:
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
-        if leaves and k in leaves:
+        if _computed_pow(nodes, k, leaves) and args[0] not in logged:
+            logged.add(args[0])
+            lines.append(f"    l{args[0]} = {reads.get(f'l{args[0]}', f'math.log(v{args[0]})')}")
+        if op in _WITH_EXP and not (leaves and k in leaves):  # the exp its forward and reverse share
+            lines.append(f"    e{k} = {reads.get(f'e{k}', _exp_arg(op, a, attr))}")
+        if f"v{k}" in reads:
+            expr = reads[f"v{k}"]
+        elif leaves and k in leaves:
             expr = leaves[k]
         elif op == "const":
             expr = _lit(attr[1])
@@ -640,8 +696,12 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = _pow_const(a[0], attr) if dtype == "f8" else f"{a[0]} ** {attr}"
         elif op == "rpowc":
             expr = f"{_lit(attr)} ** {a[0]}" if dtype != "f8" else f"{_lit(float(attr))} ** float({a[0]})"
-        elif op == "pow":
-            expr = f"float({a[0]}) ** float({a[1]})"
+        elif op == "pow":  # pow as exp(y·ln x) where that is pow up to rounding: x > 0 finite, y finite
+            x, y = a
+            expr = f"float({x}) ** float({y})"
+            if dtype == "f8":
+                expr = (f"math.exp({y} * l{args[0]}) if ({x} > 0.0 and {x} < math.inf and abs({y}) < math.inf) "
+                        f"else {expr}")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -662,12 +722,11 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = f"{a[1]} if {a[0]} else {a[2]}"
         elif op == "logaddexp":  # torch's CPU kernel: an infinity equal on both sides is returned as is
             x, y = a
-            expr = (f"{x} if (math.isinf({x}) and {x} == {y}) else "
-                    f"(max({x}, {y}) + math.log1p(math.exp(-abs({x} - {y}))))")
+            expr = f"{x} if (math.isinf({x}) and {x} == {y}) else (max({x}, {y}) + math.log1p(e{k}))"
         elif op == "softplus":
             beta, threshold = attr
             xb = f"({a[0]} * {_lit(beta)})"
-            expr = f"{a[0]} if {xb} > {_lit(threshold)} else math.log1p(math.exp({xb})) / {_lit(beta)}"
+            expr = f"{a[0]} if {xb} > {_lit(threshold)} else math.log1p(e{k}) / {_lit(beta)}"
         elif op == "nan_to_num":
             nan, posinf, neginf = attr
             x = a[0]
@@ -766,7 +825,11 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
             add(args[0], f"{g} * (1.0 - v{k} * v{k})")
         elif op == "powc":
             if attr != 0.0:
-                add(args[0], f"{g} * ({_lit(float(attr))} * {_pow_const(a[0], float(attr) - 1.0)})")
+                e = float(attr)
+                if e in (1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0) or args[0] not in act:
+                    add(args[0], f"{g} * ({_lit(e)} * {_pow_const(a[0], e - 1.0)})")
+                else:
+                    add(args[0], f"{g} * ({_lit(e)} * {_pow_quotient(f'v{k}', a[0], _pow_const(a[0], e - 1.0))})")
         elif op == "rpowc":
             ln = _lit(math.log(attr)) if attr > 0 else ("math.nan" if attr < 0 else "-math.inf")
             if attr == 0:
@@ -775,8 +838,11 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
                 add(args[0], f"{g} * (v{k} * {ln})")
         elif op == "pow":
             x, y = a
-            add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * float({x}) ** ({y} - 1.0)))")
-            add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * math.log({x}))")
+            if args[0] in act:
+                xpow = _pow_quotient(f"v{k}", x, f"float({x}) ** ({y} - 1.0)")
+                add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * {xpow}))")
+            if args[1] in act:
+                add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * l{args[0]})")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -799,14 +865,14 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         elif op == "where":
             add(args[1], f"({g} if {a[0]} else 0.0)")
             add(args[2], f"(0.0 if {a[0]} else {g})")
-        elif op == "logaddexp":  # derivatives.yaml: grad / (1 + exp(other - self)) for each side
-            x, y = a
-            add(args[0], f"{g} / (1.0 + math.exp({y} - {x}))")
-            add(args[1], f"{g} / (1.0 + math.exp({x} - {y}))")
+        elif op == "logaddexp":  # derivatives.yaml: grad / (1 + exp(other - self)) for each side, from the
+            x, y = a            # forward's e = e^{−|x−y|}: 1/(1 + e) on the larger side, e/(1 + e) on the other
+            add(args[0], f"({g} / (1.0 + e{k}) if {x} >= {y} else {g} * e{k} / (1.0 + e{k}))")
+            add(args[1], f"({g} / (1.0 + e{k}) if {y} >= {x} else {g} * e{k} / (1.0 + e{k}))")
         elif op == "softplus":  # softplus_backward: z = exp(x·β); grad where x·β > threshold, else grad·z/(z + 1)
             beta, threshold = attr
             xb = f"({a[0]} * {_lit(beta)})"
-            add(args[0], f"({g} if {xb} > {_lit(threshold)} else {g} * math.exp({xb}) / (math.exp({xb}) + 1.0))")
+            add(args[0], f"({g} if {xb} > {_lit(threshold)} else {g} * e{k} / (e{k} + 1.0))")
         elif op == "nan_to_num":  # grad · isfinite(x)
             add(args[0], f"({g} if math.isfinite({a[0]}) else 0.0)")
         elif op == "cast":
@@ -828,8 +894,10 @@ import math
 import numpy as np
 from numba import njit
 
-N_STATE = {n_state}
-N_ADJ = N_STATE
+from models.kernel_math import bce
+
+N_STATE = {n_total}
+N_ADJ = {n_state}
 N_W = {n_w}
 '''
 _JIT = '@njit(cache=True, error_model="numpy")'
@@ -839,32 +907,62 @@ def _function(name: str, params: str, body: list[str]) -> str:
     return f"\n\n{_JIT}\ndef {name}({params}):\n" + "\n".join(body or ["    pass"]) + "\n"
 
 
+# ops whose value costs a libm call: init and step keep theirs in the state for their VJPs
+_TRANSCENDENTAL = {"exp", "log", "log1p", "sqrt", "sigmoid", "tanh", "pow", "rpowc", "logaddexp", "softplus"}
+
+
+def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
+    """The float64 transcendental values a forward function computes (hoisted ones excluded), by variable name:
+    init and step write them into state[n_state:] and their VJPs read them back instead of calling libm again."""
+    cheap_pow = (1.0, 2.0, 3.0, -1.0, -2.0)
+    names = []
+    for k in order:
+        op, args, attr, dtype, _ = nodes[k]
+        if k in leaves or dtype != "f8":
+            continue
+        if _computed_pow(nodes, k, leaves) and f"l{args[0]}" not in names:
+            names.append(f"l{args[0]}")
+        if op in _WITH_EXP:
+            names.append(f"e{k}")
+        if op in _TRANSCENDENTAL or (op == "powc" and float(attr) not in cheap_pow):
+            names.append(f"v{k}")
+    return names
+
+
 def generate(traces: dict, source: str = "a model file") -> str:
     """The plug-in's Python source (models/seq_model_stub.py's contract)."""
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
-    parts = [_HEADER.format(source=source, n_state=n_state, n_w=n_w)]
-    specs = {  # name: (trace, inputs, params, vjp params, seeds of the vjp, state input sink)
-        "init": ("w, g, t, out", "w, g, t, state, gstate, gw", {"g": "g", "t": "t"}, "gstate", None),
+    specs = {  # name: (params, vjp params, inputs, seeds of the vjp, state input sink, where the vjp finds the stash)
+        "init": ("w, g, t, out", "w, g, t, state, gstate, gw", {"g": "g", "t": "t"}, "gstate", None, "state"),
         "step": ("w, prev, t, g, out", "w, prev, t, g, new, gnew, gprev, gw",
-                 dict({"g": "g", "t": "t"}, **{f"s{i}": f"prev[{i}]" for i in range(n_state)}), "gnew", "gprev"),
+                 dict({"g": "g", "t": "t"}, **{f"s{i}": f"prev[{i}]" for i in range(n_state)}), "gnew", "gprev",
+                 "new"),
         "curve": ("w, state, t", "w, state, t, gp, gstate, gw",
-                  dict({"t": "t"}, **{f"s{i}": f"state[{i}]" for i in range(n_state)}), "gp", "gstate"),
+                  dict({"t": "t"}, **{f"s{i}": f"state[{i}]" for i in range(n_state)}), "gp", "gstate", None),
     }
     nodes = traces["init"].graph.nodes
     hoist = _hoisted(nodes, [traces[name].outputs for name in specs])
     leaves = {k: f"w[{n_w + i}]" for i, k in enumerate(hoist)}
+    orders = {name: _needed(nodes, traces[name].outputs, leaves) for name in specs}
+    stash = {name: _stashed(nodes, orders[name], leaves) for name in ("init", "step")}
+    n_total = n_state + max(len(v) for v in stash.values())
+    parts = [_HEADER.format(source=source, n_state=n_state, n_total=n_total, n_w=n_w)]
     if hoist:
         parts.append(_precompute(traces["init"], hoist, n_w))
-    for name, (params, vjp_params, inputs, gname, gstate) in specs.items():
+    for name, (params, vjp_params, inputs, gname, gstate, kept) in specs.items():
         tr = traces[name]
-        order = _needed(tr.graph.nodes, tr.outputs, leaves)
+        order = orders[name]
         fwd = _forward_lines(tr, order, inputs, leaves)
         if name == "curve":
             store = [f"    return v{tr.outputs[0]}"]
         else:
             store = [f"    out[{i}] = v{o}" for i, o in enumerate(tr.outputs)]
+            store += [f"    out[{n_state + i}] = {v}" for i, v in enumerate(stash[name])]
         parts.append(_function(name, params, fwd + store))
+        if kept:  # the VJP reads the forward's transcendental values back from the state it wrote
+            fwd = _forward_lines(tr, order, inputs, leaves, {v: f"{kept}[{n_state + i}]"
+                                                             for i, v in enumerate(stash[name])})
         act = _active(tr.graph.nodes, order, leaves)
         seeds: dict[int, list[str]] = {}
         for i, o in enumerate(tr.outputs):
@@ -879,6 +977,13 @@ def generate(traces: dict, source: str = "a model file") -> str:
             sink.update({("in", f"s{i}"): f"gstate[{i}] += {{}}" for i in range(n_state)})
         back = _backward_lines(tr, order, act, seeds, sink)
         parts.append(_function(f"{name}_vjp", vjp_params, fwd + pre + back))
+        if name == "curve":  # one target's weighted BCE: the curve's forward pass once, shared with its reverse
+            p = f"v{tr.outputs[0]}"
+            parts.append(_function("target_loss", "w, state, t, y, wt", fwd + [f"    return bce({p}, y, wt)[0]"]))
+            seeds = {tr.outputs[0]: ["gp"]}
+            back = _backward_lines(tr, order, act, seeds, sink)
+            parts.append(_function("target_loss_vjp", "w, state, t, y, wt, gstate, gw",
+                                   fwd + [f"    lo, gp = bce({p}, y, wt)"] + back + ["    return lo"]))
     if "clip" in traces:
         tr = traces["clip"]
         order = _needed(tr.graph.nodes, tr.outputs)

@@ -137,13 +137,14 @@ def _plugin_step(step_fn, n_w, n_state=2):
     return sys.modules[compile_module(mod)]
 
 
-def _vjp_vs_torch(step_fn, w, prev, t, g, gnew):
-    """The generated step and step_vjp against torch.autograd on the same step function (one card)."""
+def _vjp_vs_torch(step_fn, w, prev, t, g, gnew, rtol=0.0):
+    """The generated step and step_vjp against torch.autograd on the same step function (one card); `rtol`: the
+    step's values to rounding (a pow written exp(y·ln x)) instead of to the bit."""
     plugin = _plugin_step(step_fn, len(w), len(prev))
     opts = np.zeros(0)
     w_np = np.array(w, float)
     wc = plugin.precompute(w_np, opts) if hasattr(plugin, "precompute") else w_np  # weight-only values hoisted
-    out = np.zeros(len(prev))
+    out = np.zeros(plugin.N_STATE)  # the state, then the values the step keeps for its VJP
     plugin.step(wc, np.array(prev, float), float(t), int(g), out)
     gprev, gwc = np.full(len(prev), 7.0), np.zeros(len(wc))
     plugin.step_vjp(wc, np.array(prev, float), float(t), int(g), out, np.array(gnew, float), gprev, gwc)
@@ -158,7 +159,8 @@ def _vjp_vs_torch(step_fn, w, prev, t, g, gnew):
     grads = torch.autograd.grad(total, [wt] + pt, allow_unused=True)
     ref_w = np.zeros(len(w)) if grads[0] is None else grads[0].numpy()
     ref_prev = np.array([0.0 if x is None else float(x[0]) for x in grads[1:]])
-    np.testing.assert_array_equal(out, np.array([float(x.detach().reshape(-1)[0]) for x in new]))
+    np.testing.assert_allclose(out[:len(prev)], np.array([float(x.detach().reshape(-1)[0]) for x in new]),
+                               rtol=rtol, atol=0)
     # the same terms, summed in another order (weight-only terms reach gw through precompute_vjp): a few ulps
     np.testing.assert_allclose(gw, ref_w, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(gprev, ref_prev, rtol=1e-13, atol=1e-14)
@@ -188,6 +190,22 @@ def test_pow_with_base_and_exponent_zero_equals_torch():
     for prev in ([0.0, 0.0], [0.0, 2.0], [2.0, 0.0], [0.0, -1.0]):
         _vjp_vs_torch(step, [0.0, 0.0], prev, 0.0, 3, [1.0, 1.0])
         _vjp_vs_torch(step, [1.0, 2.0], prev, 0.0, 3, [1.0, 1.0])
+
+
+@pytest.mark.parametrize("prev", [[1.5, 2.0], [2.0, 2.0], [3.0, -1.0], [0.0, 1.0], [-2.0, 0.5], [-1.0, 40.0]])
+@pytest.mark.parametrize("w", [[0.5, 2.0, 3.0], [-1.5, 0.25, 1.0], [2.0, -3.0, 0.0]])
+def test_shared_log_and_exp_rewrites_equal_torch_autograd(prev, w):
+    """The generator's cheaper forms at their edges: pows of one base sharing ln x (x = 0, x < 0 with an integer
+    exponent, exponent 0), pow's x^(y−1) as x^y / x, logaddexp's two sides from one e^{−|x−y|} (ties, far
+    apart), softplus below and above its threshold."""
+    def step(w, s, t, g):
+        x, y = s
+        a = x ** w[0] + 2 * x ** w[1] + (x * x) ** w[2] + torch.pow(y, w[2]) * y ** w[0]
+        b = torch.logaddexp(x, y) + 3 * torch.logaddexp(x * w[0], y) + torch.logaddexp(w[1], y)
+        c = torch.nn.functional.softplus(x * w[1]) + torch.nn.functional.softplus(y * w[0], beta=2.0, threshold=5.0)
+        return a + c, b
+    for g in (1, 3):
+        _vjp_vs_torch(step, w, prev, 0.5, g, [1.0, 0.75], rtol=1e-14)
 
 
 # ------------------------------------------------------------------------------- refusals and the fallback
