@@ -61,16 +61,30 @@ class BernoulliStream:
     the portable path (module docstring)."""
 
     def __init__(self, seed: int):
-        bits = np.random.MT19937(0)
-        bits._legacy_seeding(int(seed) & 0xFFFFFFFF)
-        self._draw = np.random.Generator(bits)  # full-range uint64 draws = MT19937's next64: (word << 32) | word
+        self._bits = np.random.MT19937(0)
+        self._bits._legacy_seeding(int(seed) & 0xFFFFFFFF)
+        self._draw = np.random.Generator(self._bits)
 
     def bernoulli(self, n: int, p: float) -> np.ndarray:
         """torch.empty(n, dtype=torch.uint8).bernoulli_(p).numpy() (reshape for other shapes: memory order)."""
         if not 0.0 <= p < 1.0:
             raise ValueError(f"p = {p}: the emulation covers 0 <= p < 1")
-        u = self._draw.integers(0, 2**64 - 1, size=int(n), dtype=np.uint64, endpoint=True) & np.uint64(2**53 - 1)
-        return (u < np.uint64(int(p * 2.0 ** 53))).view(np.uint8)
+        if _next64_high_first():  # one full-range uint64 draw per element is torch's 64-bit draw
+            u = self._draw.integers(0, 2**64 - 1, size=int(n), dtype=np.uint64, endpoint=True)
+        else:
+            words = self._bits.random_raw(2 * int(n))
+            u = (words[0::2] << np.uint64(32)) | words[1::2]
+        return ((u & np.uint64(2**53 - 1)) < np.uint64(int(p * 2.0 ** 53))).view(np.uint8)
+
+
+@lru_cache(maxsize=None)
+def _next64_high_first() -> bool:
+    """Whether numpy's MT19937 builds a 64-bit draw as (first word << 32) | second word, as torch does: numpy's C
+    code writes both calls in one expression, whose evaluation order is the compiler's choice, so this is checked
+    once per process against two raw 32-bit words (the slower raw-word path is used otherwise)."""
+    a, b = np.random.MT19937(7), np.random.MT19937(7)
+    first, second = (int(w) for w in a.random_raw(2))
+    return int(np.random.Generator(b).integers(0, 2**64 - 1, dtype=np.uint64, endpoint=True)) == (first << 32) | second
 
 
 @lru_cache(maxsize=None)
