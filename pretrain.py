@@ -104,7 +104,7 @@ def pretrain(model_name: str, users: list, *, short: bool = False, n_epoch: int 
     custom = getattr(cls, "pretrain_fn", None)
     if custom is not None:  # the Transformer: upstream's per-target windows
         return custom(net, data, n_epoch=n_epoch, lr=lr, wd=wd, batch_size=batch_size, max_seq_len=max_seq_len,
-                      short=short)
+                      short=short, trainer=trainer)
     net.wd = wd
     if trainer == "fast":
         neural_seq.fit_cards(net, data, n_epoch=n_epoch, batch_size=batch_size, max_seq_len=max_seq_len, lr=lr)
