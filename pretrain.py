@@ -58,13 +58,14 @@ serves all three); "embedded, leave-one-out" = the other embedded users only (th
     LSTM          0.1213      -           0.1984
 
 Per user (u1 / u2 / u3), Transformer: simulated 0.1577 / 0.1919 / 0.1173; realistic 0.1335 / 0.1900 / 0.0196;
-embedded leave-one-out 0.1303 / 0.1892 / 0.0164 (recipe variants of the leave-one-out source: 64 epochs 0.1565,
-16 epochs 0.1748, weight decay 1e-3 0.1567, lr 1e-2 0.1832: upstream's 32 epochs, lr 4e-2, wd 1e-4 kept);
-realistic users + leave-one-out embedded mixed: not measured (too slow for the time box). With three held-out users (two that count) differences
-below ~0.003 are noise: realistic and embedded leave-one-out are tied, and the Transformer now ships the
-realistic file, which keeps every embedded user (and upstream-check users 8 and 12, = embedded 1-2) held out; the
-file it replaces was pretrained on embedded users 1-3 (in-sample 0.1582). GRU gains ~0.007 on two seed sets, so
-it ships the realistic file too; GRU-P-short ties and keeps its file.
+embedded leave-one-out 0.1303 / 0.1892 / 0.0164; realistic users + the leave-one-out embedded ones mixed
+0.1335 / 0.1900 / 0.0191 = 0.1588 (the embedded users are ~1 % of its rows). Recipe variants of the leave-one-out
+source: 64 epochs 0.1565, 16 epochs 0.1748, weight decay 1e-3 0.1567, lr 1e-2 0.1832 (torch trainer): upstream's
+32 epochs, lr 4e-2, wd 1e-4 kept. With three held-out users (two that count) differences below ~0.003 are noise:
+realistic, mixed and embedded leave-one-out are tied, all ~0.014 better than the default simulated users, and the
+Transformer now ships the realistic file, which keeps every embedded user (and upstream-check users 8 and 12,
+= embedded 1-2) held out; the file it replaces was pretrained on embedded users 1-3 (in-sample 0.1582). GRU gains
+~0.007 on two seed sets, so it ships the realistic file too; GRU-P-short ties and keeps its file.
 
 With the shipped files (every one held out): GRU-P 0.1161, GRU-P-short 0.1175, GRU 0.1348, NN-17 0.1419, LSTM
 0.1212, Transformer 0.1588. GRU's pretraining is chaotic: rounding-level changes of the trainer moved its
