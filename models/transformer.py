@@ -218,12 +218,19 @@ class Transformer(NeuralModel):
 
     @staticmethod
     def pretrain_fn(net, data: ReviewData, *, n_epoch: int, lr: float, wd: float, batch_size: int,
-                    max_seq_len: int, short: bool):
-        """Upstream's pretraining on per-target windows (sorted batches of batch_size), final weights (torch)."""
+                    max_seq_len: int, short: bool, trainer: str = "fast"):
+        """Upstream's pretraining on per-target windows (sorted batches of batch_size), final weights, on the torch
+        module `net`: by the compiled kernel (trainer "fast": fit_compiled in float64 on the module turned double,
+        ~16x faster; pretrain.py saves float32) or by training.py's torch loop (any other trainer)."""
         from config import RunConfig
-        from models.neural_seq import fit_upstream
 
         net.wd = wd
         cfg = RunConfig(algo="Transformer", short=short, batch_size=batch_size, max_seq_len=max_seq_len)
-        fit_upstream(net, data, cfg, n_epoch=n_epoch, lr=lr)
+        if trainer == "fast":
+            net.double()
+            fit_compiled(net, data, cfg, n_epoch=n_epoch, lr=lr)
+        else:
+            from models.neural_seq import fit_upstream
+
+            fit_upstream(net, data, cfg, n_epoch=n_epoch, lr=lr)
         return net

@@ -322,3 +322,29 @@ def test_simulator_layout():
     freq = df["rating"].value_counts(normalize=True)
     assert 0.08 < freq[1] < 0.2 and 0.02 < freq[2] < 0.12 and 0.02 < freq[4] < 0.12
     assert math.isclose(freq.sum(), 1.0)
+
+
+def _interval_stats(df):
+    """(share of failed interval reviews, median interval in days, share of days with a session in the span)."""
+    later = df[df["elapsed_days"] > 0]
+    span = df["day_offset"].max() - df["day_offset"].min() + 1
+    return (later["rating"] == 1).mean(), later["elapsed_days"].median(), df["day_offset"].nunique() / span
+
+
+def test_simulator_realistic_closer_to_real_collections():
+    """--realistic users skip days (overdue reviews, longer intervals) and fail fewer interval reviews than the
+    default users of the same seeds; the bands bracket the two substantial embedded users (2-4 % failed, median
+    interval 5 and 25 days, sessions on 13 % and 88 % of days) loosely, as the simulator's memory model is FSRS-6."""
+    fails, fails0 = [], []
+    for seed in range(4):
+        real = simulate_user(20000, seed=seed, realistic=True)
+        default = simulate_user(20000, seed=seed)
+        assert len(real) == 20000 and real["day_offset"].is_monotonic_increasing
+        fail, median, active = _interval_stats(real)
+        fail0, median0, active0 = _interval_stats(default)
+        assert active0 == 1.0 and 0.1 < active < 0.97
+        assert 0.02 < fail < 0.13
+        assert 5 <= median <= 40 and median > median0
+        fails.append(fail)
+        fails0.append(fail0)
+    assert np.mean(fails) < np.mean(fails0)  # per user the draws differ; on average retention is higher
