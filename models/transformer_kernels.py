@@ -81,6 +81,19 @@ def _lin2(th, o, x0, x1, j):
 
 
 @njit(cache=True, inline="always")
+def _lin2_back(th, o, grad, x0, x1, g0, g1):
+    """Reverse of Linear(2→2) y = W·x + b (W row-major at th[o:], b after it) at input (x0, x1) for dL/dy = (g0, g1):
+    adds dL/dW and dL/db into grad; returns dL/dx = Wᵀ·g."""
+    grad[o] += g0 * x0
+    grad[o + 1] += g0 * x1
+    grad[o + 2] += g1 * x0
+    grad[o + 3] += g1 * x1
+    grad[o + 4] += g0
+    grad[o + 5] += g1
+    return th[o] * g0 + th[o + 2] * g1, th[o + 1] * g0 + th[o + 3] * g1
+
+
+@njit(cache=True, inline="always")
 def _ln(th, o, a0, a1, out, k):
     """LayerNorm(2) of (a0, a1) with gamma th[o : o+2], beta th[o+2 : o+4]: writes out[k, 0:2] = y and
     out[k, 2:4] = x̂, returns 1/σ."""
@@ -324,46 +337,28 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
         if train:
             gf0 *= md3[b, 0] * KEEP_SCALE
             gf1 *= md3[b, 1] * KEEP_SCALE
-        grad[D_L2] += gf0 * r0
-        grad[D_L2 + 1] += gf0 * r1
-        grad[D_L2 + 2] += gf1 * r0
-        grad[D_L2 + 3] += gf1 * r1
-        grad[D_L2 + 4] += gf0
-        grad[D_L2 + 5] += gf1
-        gr_0 = th[D_L2] * gf0 + th[D_L2 + 2] * gf1
-        gr_1 = th[D_L2 + 1] * gf0 + th[D_L2 + 3] * gf1
+        gr_0, gr_1 = _lin2_back(th, D_L2, grad, r0, r1, gf0, gf1)
         if train:
             gr_0 *= mdf[b, 0] * KEEP_SCALE
             gr_1 *= mdf[b, 1] * KEEP_SCALE
         gh0 = gr_0 if hp0 > 0.0 else 0.0
         gh1 = gr_1 if hp1 > 0.0 else 0.0
-        grad[D_L1] += gh0 * z0
-        grad[D_L1 + 1] += gh0 * z1
-        grad[D_L1 + 2] += gh1 * z0
-        grad[D_L1 + 3] += gh1 * z1
-        grad[D_L1 + 4] += gh0
-        grad[D_L1 + 5] += gh1
-        gz0 = gr0 + th[D_L1] * gh0 + th[D_L1 + 2] * gh1
-        gz1 = gr1 + th[D_L1 + 1] * gh0 + th[D_L1 + 3] * gh1
+        gl0, gl1 = _lin2_back(th, D_L1, grad, z0, z1, gh0, gh1)
+        gz0, gz1 = gr0 + gl0, gr1 + gl1
         # cross-attention
         gr0, gr1 = _ln_back(th, D_N2, grad, dec, 1, rd2, gz0, gz1)
         gc0, gc1 = gr0, gr1
         if train:
             gc0 *= md2[b, 0] * KEEP_SCALE
             gc1 *= md2[b, 1] * KEEP_SCALE
-        grad[D_COUT] += gc0 * co[0]
-        grad[D_COUT + 1] += gc0 * co[1]
-        grad[D_COUT + 2] += gc1 * co[0]
-        grad[D_COUT + 3] += gc1 * co[1]
-        grad[D_COUT + 4] += gc0
-        grad[D_COUT + 5] += gc1
+        gco = _lin2_back(th, D_COUT, grad, co[0], co[1], gc0, gc1)
         gq0 = 0.0
         gq1 = 0.0
         for m in range(L):
             for j in range(4):
                 gq[m, j] = 0.0  # dL/d(k0, k1, v0, v1) of key m
         for h in range(2):
-            go = th[D_COUT + h] * gc0 + th[D_COUT + 2 + h] * gc1
+            go = gco[h]
             q = cq0 if h == 0 else cq1
             gqh = 0.0
             for m in range(L):
@@ -401,15 +396,9 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
         if train:
             gu0 *= md1[b, 0] * KEEP_SCALE
             gu1 *= md1[b, 1] * KEEP_SCALE
-        grad[D_SOUT] += gu0 * sv0
-        grad[D_SOUT + 1] += gu0 * sv1
-        grad[D_SOUT + 2] += gu1 * sv0
-        grad[D_SOUT + 3] += gu1 * sv1
-        grad[D_SOUT + 4] += gu0
-        grad[D_SOUT + 5] += gu1
+        gsv = _lin2_back(th, D_SOUT, grad, sv0, sv1, gu0, gu1)
         for h in range(2):
-            gsv = th[D_SOUT + h] * gu0 + th[D_SOUT + 2 + h] * gu1
-            grad[D_SA + 16 + h] += gsv * (mds[b, h] * KEEP_SCALE if train else 1.0)
+            grad[D_SA + 16 + h] += gsv[h] * (mds[b, h] * KEEP_SCALE if train else 1.0)
         # ------------------------------------------------------------------ reverse: encoder, position by position
         for l in range(L):
             gm0, gm1 = _ln_back(th, E_NF, grad, mem, l, rs[l, 2], gx1[l, 0], gx1[l, 1])
@@ -423,39 +412,19 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             if train:
                 r0 *= mef[l, b, 0] * KEEP_SCALE
                 r1 *= mef[l, b, 1] * KEEP_SCALE
-            grad[E_L2] += gf0 * r0
-            grad[E_L2 + 1] += gf0 * r1
-            grad[E_L2 + 2] += gf1 * r0
-            grad[E_L2 + 3] += gf1 * r1
-            grad[E_L2 + 4] += gf0
-            grad[E_L2 + 5] += gf1
-            gr_0 = th[E_L2] * gf0 + th[E_L2 + 2] * gf1
-            gr_1 = th[E_L2 + 1] * gf0 + th[E_L2 + 3] * gf1
+            gr_0, gr_1 = _lin2_back(th, E_L2, grad, r0, r1, gf0, gf1)
             if train:
                 gr_0 *= mef[l, b, 0] * KEEP_SCALE
                 gr_1 *= mef[l, b, 1] * KEEP_SCALE
             gh0 = gr_0 if hpre[l, 0] > 0.0 else 0.0
             gh1 = gr_1 if hpre[l, 1] > 0.0 else 0.0
-            grad[E_L1] += gh0 * a0
-            grad[E_L1 + 1] += gh0 * a1
-            grad[E_L1 + 2] += gh1 * a0
-            grad[E_L1 + 3] += gh1 * a1
-            grad[E_L1 + 4] += gh0
-            grad[E_L1 + 5] += gh1
-            ga0 = gr0 + th[E_L1] * gh0 + th[E_L1 + 2] * gh1
-            ga1 = gr1 + th[E_L1 + 1] * gh0 + th[E_L1 + 3] * gh1
+            gl0, gl1 = _lin2_back(th, E_L1, grad, a0, a1, gh0, gh1)
+            ga0, ga1 = gr0 + gl0, gr1 + gl1
             gs0, gs1 = _ln_back(th, E_N1, grad, ln1, l, rs[l, 0], ga0, ga1)
             if train:
                 gs0 *= me1[l, b, 0] * KEEP_SCALE
                 gs1 *= me1[l, b, 1] * KEEP_SCALE
-            grad[E_OUT] += gs0 * oh[l, 0]
-            grad[E_OUT + 1] += gs0 * oh[l, 1]
-            grad[E_OUT + 2] += gs1 * oh[l, 0]
-            grad[E_OUT + 3] += gs1 * oh[l, 1]
-            grad[E_OUT + 4] += gs0
-            grad[E_OUT + 5] += gs1
-            gx1[l, 0] = th[E_OUT] * gs0 + th[E_OUT + 2] * gs1  # dL/d(head output 0, 1) of position l
-            gx1[l, 1] = th[E_OUT + 1] * gs0 + th[E_OUT + 3] * gs1
+            gx1[l, 0], gx1[l, 1] = _lin2_back(th, E_OUT, grad, oh[l, 0], oh[l, 1], gs0, gs1)  # dL/d(head outputs)
         for h in range(2):
             kr, vr, gkr, gvr = kh[h], vh[h], gkh[h], gvh[h]
             gkr[:] = 0.0
