@@ -209,6 +209,15 @@ def first_review_groups(rows, secs: bool):
     return groups
 
 
+def _rating_problems(groups, avg_recall: float):
+    """(rating, intervals, smoothed recall, counts, default S0) of each first rating with data, in rating order:
+    what one S0 fit minimises over (recall pulled toward the training set's mean, r̂ = (mean·n + ȳ)/(n + 1))."""
+    for g in (1, 2, 3, 4):
+        if g in groups:
+            t, mean, n = groups[g]
+            yield g, t, (mean * n + avg_recall) / (n + 1), n, DEFAULT_W[g - 1]
+
+
 def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN, reference: bool = False) -> tuple[float, dict]:
     """For one candidate curve: the summed minimum loss over the ratings and each rating's S0 (order-repaired).
     Each rating is upstream's `minimize(loss, x0=S_default, bounds=[(s_min, 100)], maxiter=Σ count)` (L-BFGS-B,
@@ -219,12 +228,7 @@ def fit_s0(groups, avg_recall: float, cp, s_min: float = S_MIN, reference: bool 
 
     solve = fit_one_rating_scipy if reference else fit_one_rating
     total, stability, count = 0.0, {}, {}
-    for g in (1, 2, 3, 4):
-        if g not in groups:
-            continue
-        t, mean, n = groups[g]
-        recall = (mean * n + avg_recall) / (n + 1)
-        s_default = DEFAULT_W[g - 1]
+    for g, t, recall, n, s_default in _rating_problems(groups, avg_recall):
         stability[g], fun = solve(t, recall, n, curve, s_default, s_min, with_loss=True)
         count[g] = float(n.sum())
         total += fun
@@ -243,12 +247,7 @@ def fit_s0_all(groups, avg_recall: float, candidates=CURVE_CANDIDATES, s_min: fl
     totals = [0.0] * len(candidates)
     stability = [{} for _ in candidates]
     count = {}
-    for g in (1, 2, 3, 4):
-        if g not in groups:
-            continue
-        t, mean, n = groups[g]
-        recall = (mean * n + avg_recall) / (n + 1)
-        s_default = DEFAULT_W[g - 1]
+    for g, t, recall, n, s_default in _rating_problems(groups, avg_recall):
 
         def batch_loss(which, s):
             rows = np.repeat(which, 2)
