@@ -163,6 +163,17 @@ def predict_compiled(net: "TransformerFlat", data: ReviewData, chunk: int = PRED
     return out
 
 
+def train_windows(net, data: ReviewData, cfg, *, n_epoch: int, compiled: bool, lr: float | None = None) -> None:
+    """Upstream's recipe on its per-target windows, the final weights: by the kernel (`fit_compiled`) or by
+    training.py's torch loop (`fit_upstream`: the written-out forward or nn.Transformer itself, as `net` says)."""
+    if compiled:
+        fit_compiled(net, data, cfg, n_epoch=n_epoch, lr=lr)
+    else:
+        from models.neural_seq import fit_upstream
+
+        fit_upstream(net, data, cfg, n_epoch=n_epoch, lr=lr)
+
+
 class TransformerFlat(FlatNet):
     """The compiled path's network: the 127 weights as one float64 vector (PARAMS order), no torch module per fold
     (building nn.Transformer and loading its state cost more than a small user's whole fine-tune). float64 storage:
@@ -201,12 +212,7 @@ class Transformer(NeuralModel):
     def fit(self, train: ReviewData) -> "Transformer":
         if self.cfg.default:
             return self
-        if self.compiled:  # one recipe: see the module docstring
-            fit_compiled(self.net, train, self.cfg, n_epoch=self.n_epoch)
-        else:
-            from models.neural_seq import fit_upstream
-
-            fit_upstream(self.net, train, self.cfg, n_epoch=self.n_epoch)
+        train_windows(self.net, train, self.cfg, n_epoch=self.n_epoch, compiled=self.compiled)  # module docstring
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:
@@ -228,9 +234,5 @@ class Transformer(NeuralModel):
         cfg = RunConfig(algo="Transformer", short=short, batch_size=batch_size, max_seq_len=max_seq_len)
         if trainer == "fast":
             net.double()
-            fit_compiled(net, data, cfg, n_epoch=n_epoch, lr=lr)
-        else:
-            from models.neural_seq import fit_upstream
-
-            fit_upstream(net, data, cfg, n_epoch=n_epoch, lr=lr)
+        train_windows(net, data, cfg, n_epoch=n_epoch, compiled=trainer == "fast", lr=lr)
         return net
