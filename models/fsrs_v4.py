@@ -82,10 +82,15 @@ def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min):
     """Adjoint of `recall_stability` clamped to [s_min, S_MAX]: adds gs·∂S'/∂(S, D) (S also through R, via dr_ds)
     into gprev and gs·∂S'/∂(w8, w9, w10, w15, w16) into gw; returns ∂S'/∂R (0 where the clamp holds S') for a curve
     whose own parameters move R."""
+    return recall_stability_vjp_kept(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, math.exp(w[8]), s ** (-w[9]),
+                                     math.exp(w[10] * (1.0 - r)))
+
+
+@njit(cache=True, inline="always")
+def recall_stability_vjp_kept(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10):
+    """`recall_stability_vjp` given the forward's e^{w8}, S^{−w9} and e^{w10(1−R)} (a step that kept them, or a
+    model that precomputed e^{w8}): the same values, so the same adjoints bit for bit, without their exp/pow."""
     hb = hard_easy(w, g)
-    e8 = math.exp(w[8])
-    pw = s ** (-w[9])
-    e10 = math.exp(w[10] * (1.0 - r))
     core = e8 * (11.0 - d) * pw * (e10 - 1.0)
     inc = core * hb
     ns = s * (1.0 + inc)
