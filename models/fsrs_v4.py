@@ -19,11 +19,20 @@ import math
 from numba import njit
 
 from models.fsrs_init import initialize_s0
+from models.kernel_math import bce
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
 S_MAX = 36500.0
-N_STATE = 2
+# State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
+# the curve; the engine carries adjoints for S and D only)
+N_STATE = 7
+N_ADJ = 2
+X_R = 2  # R before the review
+X_P = 3  # S^{−w9} (recall) or D^{−w12} (lapse)
+X_E = 4  # e^{w10(1−R)} (recall) or e^{w14(1−R)} (lapse)
+X_SP = 5  # (S+1)^{w13} (lapse)
+X_E8 = 6  # e^{w8} (recall)
 
 # v4 constants: R = (1 + F·t/S)^(−DECAY), lapse not capped at S
 F_V4 = 1.0 / 9.0
@@ -71,25 +80,12 @@ def core_curve_ds(r, s, t, factor, decay):
 
 
 @njit(cache=True, inline="always")
-def recall_stability(w, s, d, r, g):
-    """S after a successful long-term review, FSRS v4 to 6 alike: S·(1 + e^{w8}(11−D)S^{−w9}(e^{w10(1−R)}−1)·h·b)."""
-    return s * (1.0 + math.exp(w[8]) * (11.0 - d) * s ** (-w[9]) * (math.exp(w[10] * (1.0 - r)) - 1.0)
-                * hard_easy(w, g))
-
-
-@njit(cache=True, inline="always")
-def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min):
-    """Adjoint of `recall_stability` clamped to [s_min, S_MAX]: adds gs·∂S'/∂(S, D) (S also through R, via dr_ds)
-    into gprev and gs·∂S'/∂(w8, w9, w10, w15, w16) into gw; returns ∂S'/∂R (0 where the clamp holds S') for a curve
-    whose own parameters move R."""
-    return recall_stability_vjp_kept(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, math.exp(w[8]), s ** (-w[9]),
-                                     math.exp(w[10] * (1.0 - r)))
-
-
-@njit(cache=True, inline="always")
-def recall_stability_vjp_kept(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10):
-    """`recall_stability_vjp` given the forward's e^{w8}, S^{−w9} and e^{w10(1−R)} (a step that kept them, or a
-    model that precomputed e^{w8}): the same values, so the same adjoints bit for bit, without their exp/pow."""
+def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10):
+    """Adjoint of the success stability S' = S·(1 + e8·(11−D)·pw·(e10 − 1)·h·b) clamped to [s_min, S_MAX] (FSRS v4
+    to 6 alike), given the forward's e8 = e^{w8}, pw = S^{−w9} and e10 = e^{w10(1−R)} (kept by the step or
+    precomputed, so not computed again): adds gs·∂S'/∂(S, D) (S also through R, via dr_ds) into gprev and
+    gs·∂S'/∂(w8, w9, w10, w15, w16) into gw; returns ∂S'/∂R (0 where the clamp holds S') for a curve whose own
+    parameters move R."""
     hb = hard_easy(w, g)
     core = e8 * (11.0 - d) * pw * (e10 - 1.0)
     inc = core * hb
@@ -109,23 +105,39 @@ def recall_stability_vjp_kept(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw
     return dns_dr
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
+    """One review; besides S and D, keeps R and the powers/exponentials of its branch in out[X_R:] for
+    core_step_vjp (which would otherwise compute them again from the same expressions)."""
     s = prev[0]
     d = prev[1]
     r = core_curve(s, t, factor, decay)
+    out[X_R] = r
     if g > 1:
-        ns = recall_stability(w, s, d, r, g)
+        e8 = math.exp(w[8])
+        pw = s ** (-w[9])
+        e10 = math.exp(w[10] * (1.0 - r))
+        out[X_E8] = e8
+        out[X_P] = pw
+        out[X_E] = e10
+        ns = s * (1.0 + e8 * (11.0 - d) * pw * (e10 - 1.0) * hard_easy(w, g))
     else:
-        ns = w[11] * d ** (-w[12]) * ((s + 1.0) ** w[13] - 1.0) * math.exp(w[14] * (1.0 - r))
+        dpw = d ** (-w[12])
+        sp = (s + 1.0) ** w[13]
+        e14 = math.exp(w[14] * (1.0 - r))
+        out[X_P] = dpw
+        out[X_E] = e14
+        out[X_SP] = sp
+        ns = w[11] * dpw * (sp - 1.0) * e14
         if cap_lapse and s < ns:
             ns = s
     out[0] = min(max(ns, S_MIN), S_MAX)
     out[1] = min(max(w[7] * w[4] + (1.0 - w[7]) * (d - w[6] * (g - 3)), 1.0), 10.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse):
+    """Reverse of core_step, reading the values it kept in `new`."""
     s = prev[0]
     d = prev[1]
     gprev[0] = 0.0
@@ -141,14 +153,14 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
         gw[6] -= gdp * (g - 3)
         gprev[1] += gdp
     # stability
-    r = core_curve(s, t, factor, decay)
+    r = new[X_R]
     dr_ds = core_curve_ds(r, s, t, factor, decay)
     if g > 1:
-        recall_stability_vjp(w, s, d, r, g, gnew[0], dr_ds, gprev, gw, S_MIN)
+        recall_stability_vjp(w, s, d, r, g, gnew[0], dr_ds, gprev, gw, S_MIN, new[X_E8], new[X_P], new[X_E])
     else:
-        dpw = d ** (-w[12])
-        sp = (s + 1.0) ** w[13]
-        e14 = math.exp(w[14] * (1.0 - r))
+        dpw = new[X_P]
+        sp = new[X_SP]
+        e14 = new[X_E]
         sf = w[11] * dpw * (sp - 1.0) * e14
         ns = sf
         cf = 1.0
@@ -168,6 +180,21 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
                 gw[12] += gf * sf * (-math.log(d))
                 gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
                 gw[14] += gf * sf * (1.0 - r)
+
+
+@njit(cache=True, inline="always")
+def core_target_loss(state, t, y, wt, factor, decay):
+    """weight·BCE of one target on the curve (1 + F·t/S)^(−decay): the engine's default target_loss."""
+    return bce(core_curve(state[0], t, factor, decay), y, wt)[0]
+
+
+@njit(cache=True, inline="always")
+def core_target_loss_vjp(state, t, y, wt, gstate, factor, decay):
+    """The engine's default curve → BCE → curve_vjp with R computed once (the same R, so the same adjoint)."""
+    r = core_curve(state[0], t, factor, decay)
+    lo, gp = bce(r, y, wt)
+    gstate[0] += gp * core_curve_ds(r, state[0], t, factor, decay)
+    return lo
 
 
 # ---------------------------------------------------------------------------------------- v4 kernels (numba)
@@ -201,6 +228,16 @@ def curve(w, state, t):
 def curve_vjp(w, state, t, gp, gstate, gw):
     r = core_curve(state[0], t, F_V4, DECAY_V4)
     gstate[0] += gp * core_curve_ds(r, state[0], t, F_V4, DECAY_V4)
+
+
+@njit(cache=True)
+def target_loss(w, state, t, y, wt):
+    return core_target_loss(state, t, y, wt, F_V4, DECAY_V4)
+
+
+@njit(cache=True)
+def target_loss_vjp(w, state, t, y, wt, gstate, gw):
+    return core_target_loss_vjp(state, t, y, wt, gstate, F_V4, DECAY_V4)
 
 
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)

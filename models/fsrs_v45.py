@@ -6,7 +6,7 @@ from __future__ import annotations
 from numba import njit
 
 from models import fsrs_v4 as v4
-from models.fsrs_v4 import N_STATE, init, init_vjp  # noqa: F401 (engine contract: same first review as v4)
+from models.fsrs_v4 import N_ADJ, N_STATE, init, init_vjp  # noqa: F401 (engine contract: v4's state, first review)
 
 FACTOR = 19.0 / 81.0
 DECAY = 0.5
@@ -31,6 +31,16 @@ def curve(w, state, t):
 def curve_vjp(w, state, t, gp, gstate, gw):
     r = v4.core_curve(state[0], t, FACTOR, DECAY)
     gstate[0] += gp * v4.core_curve_ds(r, state[0], t, FACTOR, DECAY)
+
+
+@njit(cache=True)
+def target_loss(w, state, t, y, wt):
+    return v4.core_target_loss(state, t, y, wt, FACTOR, DECAY)
+
+
+@njit(cache=True)
+def target_loss_vjp(w, state, t, y, wt, gstate, gw):
+    return v4.core_target_loss_vjp(state, t, y, wt, gstate, FACTOR, DECAY)
 
 
 torch_init = v4.torch_init

@@ -27,8 +27,8 @@ import numpy as np
 from numba import njit
 
 from models.fsrs_init import initialize_s0
-from models.fsrs_v4 import core_curve, core_curve_ds, hard_easy, recall_stability_vjp_kept, torch_power_curve
-from models.kernel_math import bce
+from models.fsrs_v4 import (core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp, hard_easy,
+                             recall_stability_vjp, torch_power_curve)
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -170,7 +170,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     r = new[X_R]
     dr_ds = core_curve_ds(r, s, t, FACTOR, DECAY)
     if g > 1:
-        recall_stability_vjp_kept(w, s, d, r, g, gs, dr_ds, gprev, gw, S_MIN, w[C_E8], new[X_P], new[X_E])
+        recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, S_MIN, w[C_E8], new[X_P], new[X_E])
         return
     dpw = new[X_P]
     sp = new[X_SP]
@@ -210,17 +210,12 @@ def curve_vjp(w, state, t, gp, gstate, gw):
 
 @njit(cache=True, inline="always")
 def target_loss(w, state, t, y, wt):
-    """weight·BCE of one target (the engine's default, written here because target_loss_vjp is)."""
-    return bce(core_curve(state[0], t, FACTOR, DECAY), y, wt)[0]
+    return core_target_loss(state, t, y, wt, FACTOR, DECAY)
 
 
 @njit(cache=True, inline="always")
 def target_loss_vjp(w, state, t, y, wt, gstate, gw):
-    """The engine's default curve → BCE → curve_vjp with R computed once (the same R, so the same adjoint)."""
-    r = core_curve(state[0], t, FACTOR, DECAY)
-    lo, gp = bce(r, y, wt)
-    gstate[0] += gp * core_curve_ds(r, state[0], t, FACTOR, DECAY)
-    return lo
+    return core_target_loss_vjp(state, t, y, wt, gstate, FACTOR, DECAY)
 
 
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
