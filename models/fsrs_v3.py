@@ -25,12 +25,21 @@ import math
 
 from numba import njit
 
+from models.kernel_math import bce
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
 S_MAX = 36500.0
 LN09 = math.log(0.9)
-N_STATE = 2
+# State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
+# the curve; the engine carries adjoints for S and D only). Recall: e^{w6}, S^{w7}, e^{w8(1−R)}; lapse: D'^{w10},
+# S^{w11}, e^{w12(1−R)}. The reverse pass reads them instead of computing the same expressions again.
+N_STATE = 6
+N_ADJ = 2
+X_R = 2
+X_A = 3
+X_B = 4
+X_C = 5
 
 
 # ---------------------------------------------------------------------------------------- shared helpers (numba)
@@ -74,32 +83,47 @@ def _new_d(w, d, g):
     return w[5] * w[2] + (1.0 - w[5]) * dp, dp
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step(w, prev, t, g, out):
+    """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
     s = prev[0]
     dm, _ = _new_d(w, prev[1], g)
     nd = min(max(dm, 1.0), 10.0)
     r = exp_curve(s, t)
-    if g > 1:
-        ns = s * (1.0 + math.exp(w[6]) * (11.0 - nd) * s ** w[7] * (math.exp(w[8] * (1.0 - r)) - 1.0))
-    else:
-        ns = w[9] * nd ** w[10] * s ** w[11] * math.exp(w[12] * (1.0 - r))
-    out[0] = min(max(ns, S_MIN), S_MAX)
-    out[1] = nd
-
-
-@njit(cache=True)
-def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
-    s = prev[0]
-    dm, dp = _new_d(w, prev[1], g)
-    nd = min(max(dm, 1.0), 10.0)
-    r = exp_curve(s, t)
-    gs_prev = 0.0
-    gnd = gnew[1]
+    out[X_R] = r
     if g > 1:
         e6 = math.exp(w[6])
         pw = s ** w[7]
         e8 = math.exp(w[8] * (1.0 - r))
+        out[X_A] = e6
+        out[X_B] = pw
+        out[X_C] = e8
+        ns = s * (1.0 + e6 * (11.0 - nd) * pw * (e8 - 1.0))
+    else:
+        dpw = nd ** w[10]
+        spw = s ** w[11]
+        e12 = math.exp(w[12] * (1.0 - r))
+        out[X_A] = dpw
+        out[X_B] = spw
+        out[X_C] = e12
+        ns = w[9] * dpw * spw * e12
+    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[1] = nd
+
+
+@njit(cache=True, inline="always")
+def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    """Reverse of `step`, reading the values it kept in `new`."""
+    s = prev[0]
+    dm, dp = _new_d(w, prev[1], g)
+    nd = min(max(dm, 1.0), 10.0)
+    r = new[X_R]
+    gs_prev = 0.0
+    gnd = gnew[1]
+    if g > 1:
+        e6 = new[X_A]
+        pw = new[X_B]
+        e8 = new[X_C]
         a = e6 * (11.0 - nd) * pw * (e8 - 1.0)
         ns = s * (1.0 + a)
         if S_MIN <= ns <= S_MAX:
@@ -111,7 +135,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
             gw[7] += gs * s * a * math.log(s)
             gw[8] += gs * s * e6 * (11.0 - nd) * pw * e8 * (1.0 - r)
     else:
-        base = nd ** w[10] * s ** w[11] * math.exp(w[12] * (1.0 - r))
+        base = new[X_A] * new[X_B] * new[X_C]
         ns = w[9] * base
         if S_MIN <= ns <= S_MAX:
             gs = gnew[0]
@@ -139,6 +163,21 @@ def curve(w, state, t):
 @njit(cache=True)
 def curve_vjp(w, state, t, gp, gstate, gw):
     gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
+
+
+@njit(cache=True)
+def target_loss(w, state, t, y, wt):
+    """weight·BCE of one target (the engine's default, written here because target_loss_vjp is)."""
+    return bce(exp_curve(state[0], t), y, wt)[0]
+
+
+@njit(cache=True)
+def target_loss_vjp(w, state, t, y, wt, gstate, gw):
+    """The engine's default curve → BCE → curve_vjp with R computed once (the same R, so the same adjoint)."""
+    r = exp_curve(state[0], t)
+    lo, gp = bce(r, y, wt)
+    gstate[0] += gp * exp_curve_ds(r, state[0], t)
+    return lo
 
 
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
