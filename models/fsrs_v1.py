@@ -31,9 +31,15 @@ import math
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
-from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
+from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
 
-N_STATE = 3
+# State: S, D, lapses, then what the step computed for its reverse pass (read by step_vjp alone, never by a later
+# step or the curve): R and, recall: e^{w2}(D'+0.1)^{w3}S^{w4} and e^{w5(1−R)}; lapse: e^{w6·lapses}.
+N_STATE = 6
+N_ADJ = 3
+X_R = 3
+X_C = 4
+X_E = 5
 
 
 @njit(cache=True)
@@ -51,26 +57,35 @@ def init_vjp(w, g, t, state, gstate, gw):
     gw[1] += gstate[1]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step(w, prev, t, g, out):
+    """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
     s = prev[0]
     lapses = prev[2]
     r = exp_curve(s, t)
+    out[X_R] = r
     nd = max(prev[1] + r - 0.25 * 2.0 ** (g - 1) + 0.1, 0.0)
     if g > 1:
-        ns = s * (1.0 + math.exp(w[2]) * (nd + 0.1) ** w[3] * s ** w[4] * (math.exp(w[5] * (1.0 - r)) - 1.0))
+        c = math.exp(w[2]) * (nd + 0.1) ** w[3] * s ** w[4]
+        e5 = math.exp(w[5] * (1.0 - r))
+        out[X_C] = c
+        out[X_E] = e5
+        ns = s * (1.0 + c * (e5 - 1.0))
     else:
-        ns = w[0] * math.exp(w[6] * lapses)
+        e6 = math.exp(w[6] * lapses)
+        out[X_E] = e6
+        ns = w[0] * e6
     out[0] = min(max(ns, S_MIN), S_MAX)
     out[1] = nd
     out[2] = lapses + (1.0 if g < 2 else 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    """Reverse of `step`, reading the values it kept in `new`."""
     s = prev[0]
     lapses = prev[2]
-    r = exp_curve(s, t)
+    r = new[X_R]
     dr_ds = exp_curve_ds(r, s, t)
     dr = prev[1] + r - 0.25 * 2.0 ** (g - 1) + 0.1
     nd = max(dr, 0.0)
@@ -78,8 +93,8 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     gl_prev = gnew[2]
     gnd = gnew[1]
     if g > 1:
-        c = math.exp(w[2]) * (nd + 0.1) ** w[3] * s ** w[4]
-        e5 = math.exp(w[5] * (1.0 - r))
+        c = new[X_C]
+        e5 = new[X_E]
         a = c * (e5 - 1.0)
         ns = s * (1.0 + a)
         if S_MIN <= ns <= S_MAX:
@@ -91,7 +106,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
             gw[4] += gs * s * a * math.log(s)
             gw[5] += gs * s * c * e5 * (1.0 - r)
     else:
-        e6 = math.exp(w[6] * lapses)
+        e6 = new[X_E]
         ns = w[0] * e6
         if S_MIN <= ns <= S_MAX:
             gs = gnew[0]

@@ -20,9 +20,17 @@ import math
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
-from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
+from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
 
-N_STATE = 2
+# State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
+# the curve): R and, recall: e^{w6}, D'^{w7}, S^{w8}, e^{w9(1−R)}; lapse: D'^{w11}, S^{w12}, e^{w13(1−R)}.
+N_STATE = 7
+N_ADJ = 2
+X_R = 2
+X_A = 3
+X_B = 4
+X_C = 5
+X_D = 6
 
 
 @njit(cache=True)
@@ -53,31 +61,49 @@ def _new_d(w, d, g):
     return w[5] * target + (1.0 - w[5]) * dp, target, dp
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step(w, prev, t, g, out):
+    """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
     s = prev[0]
     dm, _, _ = _new_d(w, prev[1], g)
     nd = min(max(dm, 1.0), 10.0)
     r = exp_curve(s, t)
+    out[X_R] = r
     if g > 1:
-        ns = s * (1.0 + math.exp(w[6]) * nd ** w[7] * s ** w[8] * (math.exp(w[9] * (1.0 - r)) - 1.0))
+        e6 = math.exp(w[6])
+        dpw = nd ** w[7]
+        spw = s ** w[8]
+        e9 = math.exp(w[9] * (1.0 - r))
+        out[X_A] = e6
+        out[X_B] = dpw
+        out[X_C] = spw
+        out[X_D] = e9
+        ns = s * (1.0 + e6 * dpw * spw * (e9 - 1.0))
     else:
-        ns = w[10] * nd ** w[11] * s ** w[12] * (math.exp(w[13] * (1.0 - r)) - 1.0)
+        dpw = nd ** w[11]
+        spw = s ** w[12]
+        e13 = math.exp(w[13] * (1.0 - r))
+        out[X_B] = dpw
+        out[X_C] = spw
+        out[X_D] = e13
+        ns = w[10] * dpw * spw * (e13 - 1.0)
     out[0] = min(max(ns, S_MIN), S_MAX)
     out[1] = nd
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
+    """Reverse of `step`, reading the values it kept in `new` (grouped as the plain formulas group them: the clamp
+    test sees w10·(D'^{w11}·S^{w12})·(e − 1), which may differ from the forward's S' in the last bit, as before)."""
     s = prev[0]
     dm, target, dp = _new_d(w, prev[1], g)
     nd = min(max(dm, 1.0), 10.0)
-    r = exp_curve(s, t)
+    r = new[X_R]
     gs_prev = 0.0
     gnd = gnew[1]
     if g > 1:
-        c = math.exp(w[6]) * nd ** w[7] * s ** w[8]
-        e9 = math.exp(w[9] * (1.0 - r))
+        c = new[X_A] * new[X_B] * new[X_C]
+        e9 = new[X_D]
         a = c * (e9 - 1.0)
         ns = s * (1.0 + a)
         if S_MIN <= ns <= S_MAX:
@@ -89,8 +115,8 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
             gw[8] += gs * s * a * math.log(s)
             gw[9] += gs * s * c * e9 * (1.0 - r)
     else:
-        c = nd ** w[11] * s ** w[12]
-        e13 = math.exp(w[13] * (1.0 - r))
+        c = new[X_B] * new[X_C]
+        e13 = new[X_D]
         ns = w[10] * c * (e13 - 1.0)
         if S_MIN <= ns <= S_MAX:
             gs = gnew[0]
