@@ -10,6 +10,11 @@ Training (upstream): S0 fitted (§1.1) and then frozen, only rows with i > 2, no
 
 This module is the engine plug-in for v4 (numba kernels; contract in models/seq_model_stub.py) and the torch
 step for the upstream-style trainer; `fsrs_v45.py` binds the same core with its own constants.
+
+Speed without a changed bit: the step keeps R and the exp/pow values of its branch in the state after S and D
+(N_ADJ = 2: only S and D carry adjoints), and the reverse step reads them instead of evaluating the same
+expressions again; a target's loss and its adjoint share one R (core_target_loss_vjp). FSRS-5 and v1-v3 do the
+same in their own modules; FSRS-6 (models/fsrs6_kernels.py) was written that way first.
 """
 
 from __future__ import annotations

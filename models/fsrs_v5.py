@@ -52,7 +52,9 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 # (S+1)^{w13}), so the reverse pass reads them instead of computing them again. Every value is produced by the
 # same expression as the plain formulas above (e.g. S / e^{w17 w18}, not S·e^{−w17 w18}), so the predictions,
 # gradients and trained weights are those of the straightforward step bit for bit; only the repeated exp/pow
-# calls are gone (the FSRS-5 rows trained about 2.7x slower than FSRS-6's plug-in before).
+# calls are gone (the FSRS-5 rows trained about 2.7x slower than FSRS-6's plug-in before: its generic step, written
+# for FSRS-5 and 6 with run-time switches, recomputed R, S^{−w9}, D^{−w12}, (S+1)^{w13}, e^{w8}, e^{3 w5} and
+# e^{w17 w18} in the reverse pass, and R again for every target's adjoint).
 
 N_STATE = 6  # S, D, then what the step kept for step_vjp (never read by a later step or the curve)
 N_ADJ = 2
