@@ -328,19 +328,25 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
     gates_t = np.empty(4 * H * n_own)
     _gru_forward(xt, A_t, base_t, ht, w_ih, w_hh, b_ih, b_hh, hs_t, gates_t)
     gout_t = np.zeros(H * n_own)
-    h = np.empty(H)
-    loss = 0.0
+    # the head, in three passes so that no loop picks between arrays per target: each target's logit fc(h) ...
+    zt = np.empty(n_t)
     r = 0
     for q in range(n_t):
+        if t_at[q] >= 0:
+            z = fc_b[0]
+            for i in range(H):
+                z += fc_w[0, i] * hs[t_at[q] + i * t_stride[q]]
+        else:
+            z = fc_b[0]
+            for i in range(H):
+                z += fc_w[0, i] * hs_t[r + i * n_own]
+            r += 1
+        zt[q] = z
+    # ... P(recall), the loss and d loss / d logit ...
+    loss = 0.0
+    for q in range(n_t):
         j = t_idx[q]
-        own = t_at[q] < 0
-        at, stride = (r, n_own) if own else (t_at[q], t_stride[q])
-        src = hs_t if own else hs
-        for i in range(H):
-            h[i] = src[at + i * stride]
-        z = fc_b[0]
-        for i in range(H):
-            z += fc_w[0, i] * h[i]
+        z = zt[q]
         if head == HEAD_SIGMOID_CELL:
             p = 1.0 / (1.0 + math.exp(-z))
             dp_dz = p * (1.0 - p)
@@ -352,15 +358,24 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
         p_out[j] = p
         lo, gp = bce(p, t_y[j], t_w[j])
         loss += lo
-        if want:
-            gz = gp * dp_dz
+        zt[q] = gp * dp_dz
+    # ... and its gradient into fc and into the final states
+    if want:
+        r = 0
+        for q in range(n_t):
+            gz = zt[q]
             g_fcb[0] += gz
-            dst = gout_t if own else gout
-            for i in range(H):
-                g_fcw[0, i] += gz * h[i]
-                dst[at + i * stride] += gz * fc_w[0, i]
-        if own:
-            r += 1
+            if t_at[q] >= 0:
+                at = t_at[q]
+                st = t_stride[q]
+                for i in range(H):
+                    g_fcw[0, i] += gz * hs[at + i * st]
+                    gout[at + i * st] += gz * fc_w[0, i]
+            else:
+                for i in range(H):
+                    g_fcw[0, i] += gz * hs_t[r + i * n_own]
+                    gout_t[r + i * n_own] += gz * fc_w[0, i]
+                r += 1
     if want and n_own:
         gh = np.empty(H * n_own)
         _gru_backward(xt, A_t, base_t, ht, w_hh, hs_t, gates_t, gout_t, g_ih, g_hh, g_bih, g_bhh, gh)
