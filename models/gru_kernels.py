@@ -77,8 +77,7 @@ def _gru_forward(xs, A, base, h0, w_ih, w_hh, b_ih, b_hh, hs, gates):
     n_f = w_ih.shape[1]
     H = w_hh.shape[1]
     C = A[0] if len(A) else 0
-    ai_all = np.empty(H * C)
-    work = np.empty(6 * H * C)
+    pre = np.empty(3 * H * C)  # a step's pre-activations of r, z (then sigmoid into gates) and of W_in·x + b_in
     for k in range(len(A)):
         a = A[k]
         x_k = xs[base[k] * n_f:base[k + 1] * n_f]
@@ -87,9 +86,9 @@ def _gru_forward(xs, A, base, h0, w_ih, w_hh, b_ih, b_hh, hs, gates):
         p_k = h0 if k == 0 else hs[base[k - 1] * H:base[k] * H]
         pa = C if k == 0 else A[k - 1]
         for j in range(H):
-            ar = g_k[j * a:(j + 1) * a]
-            az = g_k[(H + j) * a:(H + j + 1) * a]
-            ai = ai_all[j * a:(j + 1) * a]
+            ar = pre[j * a:(j + 1) * a]
+            az = pre[(H + j) * a:(H + j + 1) * a]
+            ai = pre[(2 * H + j) * a:(2 * H + j + 1) * a]
             ah = g_k[(3 * H + j) * a:(3 * H + j + 1) * a]
             br = b_ih[j] + b_hh[j]
             bz = b_ih[H + j] + b_hh[H + j]
@@ -118,14 +117,13 @@ def _gru_forward(xs, A, base, h0, w_ih, w_hh, b_ih, b_hh, hs, gates):
                     ar[c] += ur * hi[c]
                     az[c] += uz * hi[c]
                     ah[c] += un * hi[c]
-        rz = g_k[:2 * H * a]
-        sigmoid_vec(rz, rz, work)  # r and z of every unit, in place
+        sigmoid_vec(pre[:2 * H * a], g_k[:2 * H * a])  # r and z of every unit (not in place: see vec_math)
         r_all = g_k[:H * a]
         ah_all = g_k[3 * H * a:4 * H * a]
-        pre_n = ai_all[:H * a]
+        pre_n = pre[2 * H * a:3 * H * a]
         for c in range(H * a):
             pre_n[c] += r_all[c] * ah_all[c]
-        tanh_vec(pre_n, g_k[2 * H * a:3 * H * a], work)
+        tanh_vec(pre_n, g_k[2 * H * a:3 * H * a])
         for j in range(H):
             gz = g_k[(H + j) * a:(H + j + 1) * a]
             gn = g_k[(2 * H + j) * a:(2 * H + j + 1) * a]

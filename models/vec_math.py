@@ -18,8 +18,9 @@ clamped range (exp(−745) needs 2^−1075).
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 _SHIFT = 6755399441055744.0  # 1.5·2^52
 _SHIFT_BITS = 0x4338000000000000  # its bit pattern
@@ -33,75 +34,91 @@ _C = (1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 
       1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0)
 
 
-@njit(cache=True, error_model="numpy")
-def _expm1_parts(x, a, lo, hi, q, s1, s2):
-    """For every v = a·x[i] clamped to [lo, hi]: q[i] = e^r − 1 and the scales s1[i]·s2[i] = 2^k, v = k·ln2 + r (NaN
-    passes through q). q, s1, s2 must not overlap x: LLVM vectorises only loops it can prove free of overlap."""
+@intrinsic
+def _as_int(typingctx, x):
+    """The bit pattern of a float64 as an int64 (no conversion: one register move, vectorisable)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _as_float(typingctx, x):
+    """The float64 whose bit pattern is the int64 x."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@njit(cache=True, inline="always")
+def _expm1_parts(v):
+    """(q, s1, s2) with e^v = (1 + q)·s1·s2 and e^v − 1 = q·s + (s − 1), s = s1·s2 = 2^k: v = k·ln2 + r,
+    q = e^r − 1 (v clamped to [_X_MIN, _X_MAX]; 2^k as two normal powers of two, so that 2^−1075 .. 2^1024 are
+    reachable; NaN passes through q)."""
     c13, c12, c11, c10, c9, c8, c7, c6, c5, c4, c3, c2, c1 = _C
-    n = len(x)
-    q, s1, s2 = q[:n], s1[:n], s2[:n]
-    for i in range(n):
-        v = a * x[i]
-        v = hi if v > hi else v
-        v = lo if v < lo else v
-        kf = (v * _INV_LN2 + _SHIFT) - _SHIFT
-        r = (v - kf * _LN2_HI) - kf * _LN2_LO
-        p = c13
-        p = p * r + c12
-        p = p * r + c11
-        p = p * r + c10
-        p = p * r + c9
-        p = p * r + c8
-        p = p * r + c7
-        p = p * r + c6
-        p = p * r + c5
-        p = p * r + c4
-        p = p * r + c3
-        p = p * r + c2
-        p = p * r + c1
-        q[i] = p * r
-        k1 = (kf * 0.5 + _SHIFT) - _SHIFT
-        s1[i] = k1 + _SHIFT
-        s2[i] = (kf - k1) + _SHIFT
-    b1 = s1.view(np.int64)
-    b2 = s2.view(np.int64)
-    for i in range(n):
-        b1[i] = (b1[i] - (_SHIFT_BITS - 1023)) << 52
-        b2[i] = (b2[i] - (_SHIFT_BITS - 1023)) << 52
+    v = _X_MAX if v > _X_MAX else v
+    v = _X_MIN if v < _X_MIN else v
+    t = v * _INV_LN2 + _SHIFT
+    kf = t - _SHIFT
+    r = (v - kf * _LN2_HI) - kf * _LN2_LO
+    p = c13
+    p = p * r + c12
+    p = p * r + c11
+    p = p * r + c10
+    p = p * r + c9
+    p = p * r + c8
+    p = p * r + c7
+    p = p * r + c6
+    p = p * r + c5
+    p = p * r + c4
+    p = p * r + c3
+    p = p * r + c2
+    p = p * r + c1
+    k1 = _as_int((kf * 0.5 + _SHIFT)) - _SHIFT_BITS  # k1 = round(k / 2), k2 = k − k1
+    k2 = _as_int(t) - _SHIFT_BITS - k1
+    return p * r, _as_float((k1 + 1023) << 52), _as_float((k2 + 1023) << 52)
+
+
+@njit(cache=True, inline="always")
+def exp1(v):
+    """exp(v) (within 1 ulp of the C library's), as arithmetic that vectorises inside a loop."""
+    q, s1, s2 = _expm1_parts(v)
+    return (1.0 + q) * s1 * s2
+
+
+@njit(cache=True, inline="always")
+def sigmoid1(v):
+    """1 / (1 + exp(−v)), torch's sigmoid as the GRU's gates compute it."""
+    return 1.0 / (1.0 + exp1(-v))
+
+
+@njit(cache=True, inline="always")
+def tanh1(v):
+    """tanh(v) = e / (e + 2) with e = expm1(2v) (accurate near 0 too); |v| > 25 gives ±1 exactly, as tanh does in
+    double."""
+    q, s1, s2 = _expm1_parts(2.0 * (25.0 if v > 25.0 else (-25.0 if v < -25.0 else v)))
+    s = s1 * s2
+    e = q * s + (s - 1.0)
+    return e / (e + 2.0)
 
 
 @njit(cache=True, error_model="numpy")
-def sigmoid_vec(x, out, work):
-    """out[i] = 1 / (1 + exp(−x[i])), torch's sigmoid as the GRU's gates compute it; work: scratch of 3·len(x)
-    (out may be x)."""
-    n = len(x)
-    q, s1, s2 = work[:n], work[n:2 * n], work[2 * n:3 * n]
-    _expm1_parts(x, -1.0, _X_MIN, _X_MAX, q, s1, s2)
-    out = out[:n]
-    for i in range(n):
-        out[i] = 1.0 / (1.0 + (1.0 + q[i]) * s1[i] * s2[i])
+def exp_vec(x, out):
+    """out[i] = exp(x[i]). out may be x, but a loop that writes what it reads does not vectorise: LLVM checks at run
+    time that the arrays do not overlap, else runs the scalar loop."""
+    for i in range(len(x)):
+        out[i] = exp1(x[i])
 
 
 @njit(cache=True, error_model="numpy")
-def exp_vec(x, out, work):
-    """out[i] = exp(x[i]); work: scratch of 3·len(x) (out may be x)."""
-    n = len(x)
-    q, s1, s2 = work[:n], work[n:2 * n], work[2 * n:3 * n]
-    _expm1_parts(x, 1.0, _X_MIN, _X_MAX, q, s1, s2)
-    out = out[:n]
-    for i in range(n):
-        out[i] = (1.0 + q[i]) * s1[i] * s2[i]
+def sigmoid_vec(x, out):
+    """out[i] = 1 / (1 + exp(−x[i])) (as exp_vec: fast only with out apart from x)."""
+    for i in range(len(x)):
+        out[i] = sigmoid1(x[i])
 
 
 @njit(cache=True, error_model="numpy")
-def tanh_vec(x, out, work):
-    """out[i] = tanh(x[i]) = e / (e + 2) with e = expm1(2x) (accurate near 0 too); |x| > 25 gives ±1 exactly, as
-    tanh does in double; work: scratch of 3·len(x) (out may be x)."""
-    n = len(x)
-    q, s1, s2 = work[:n], work[n:2 * n], work[2 * n:3 * n]
-    _expm1_parts(x, 2.0, -50.0, 50.0, q, s1, s2)
-    out = out[:n]
-    for i in range(n):
-        s = s1[i] * s2[i]
-        e = q[i] * s + (s - 1.0)
-        out[i] = e / (e + 2.0)
+def tanh_vec(x, out):
+    """out[i] = tanh(x[i]) (as exp_vec: fast only with out apart from x)."""
+    for i in range(len(x)):
+        out[i] = tanh1(x[i])
