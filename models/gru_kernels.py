@@ -22,9 +22,11 @@ share its group (tested), so only vec_math's last-ulp differences and the summat
 results: predictions within 2.2e-16 and metrics within 7e-15 of the one-card kernel with libm (the embedded data and
 8 simulated users, GRU-P, GRU-P-short and GRU).
 
-Measured (one 45,000-review simulated user, 5 folds, CPU seconds in one process, the shared 2-core machine):
-GRU-P 1.37 → 0.82 s a user, GRU 0.29 → 0.21 s; GRU-P's fine-tune per card step (forward + reverse + head)
-~1,100 → ~500 ns. Where the rest goes: the forward ~200 ns a step (half of it vec_math's 24 exp), the reverse
+Measured against the one-card kernel, paired on the shared 2-core machine (a 45,000-review simulated user, 5 folds,
+CPU seconds in one process): GRU-P 1.55 → 0.78 s, GRU-P-short 1.83 → 1.03 s, GRU 0.29 → 0.22 s; GRU-P's fine-tune
+per card step (forward + reverse + head) ~1,100 → ~500 ns. Projected to 10,000 users (bench/bench_executors.py
+project): GRU-P 6.8 → 3.3 CPU-hours, GRU-P-short 8.6 → 4.5, GRU 1.2 → 1.0 (H = 2: too few units to fill a vector
+per card, the fixed cost per step stays). Where the rest goes: the forward ~200 ns a step (half of it vec_math's 24 exp), the reverse
 ~250 ns: groups hold ~80 cards of mean length ~6, so most lockstep steps run few cards and the fixed cost of ~100
 short loops a step dominates (packing several short cards into one lane would not cut the number of steps, which
 the longest card sets).
