@@ -212,8 +212,11 @@ def _gru_backward(xs, A, base, h0, w_hh, hs, gates, gout, gw_ih, gw_hh, gb_ih, g
         o_k = gout[b * H:base[k + 1] * H]
         p_k = h0 if k == 0 else hs[base[k - 1] * H:b * H]
         pa = C if k == 0 else A[k - 1]
-        for f in range(n_f):
-            xa[f * S + b:f * S + b + a] = x_k[f * a:(f + 1) * a]
+        for f in range(n_f):  # (explicit loops: numba's slice assignment costs far more on short slices)
+            xa_f = xa[f * S + b:f * S + b + a]
+            x_f = x_k[f * a:(f + 1) * a]
+            for c in range(a):
+                xa_f[c] = x_f[c]
         for j in range(H):
             dhj = dh[j * C:j * C + a]
             oj = o_k[j * a:(j + 1) * a]
@@ -222,7 +225,7 @@ def _gru_backward(xs, A, base, h0, w_hh, hs, gates, gout, gw_ih, gw_hh, gb_ih, g
         for j in range(H):
             dhj = dh[j * C:j * C + a]
             pj = p_k[j * pa:j * pa + a]
-            hp[j * S + b:j * S + b + a] = pj
+            hpj = hp[j * S + b:j * S + b + a]
             gr = g_k[j * a:(j + 1) * a]
             gz = g_k[(H + j) * a:(H + j + 1) * a]
             gn = g_k[(2 * H + j) * a:(2 * H + j + 1) * a]
@@ -232,6 +235,7 @@ def _gru_backward(xs, A, base, h0, w_hh, hs, gates, gout, gw_ih, gw_hh, gb_ih, g
             dn = d[(2 * H + j) * S + b:(2 * H + j) * S + b + a]
             dah = d[(3 * H + j) * S + b:(3 * H + j) * S + b + a]
             for c in range(a):
+                hpj[c] = pj[c]
                 z = gz[c]
                 n = gn[c]
                 r = gr[c]
@@ -239,7 +243,10 @@ def _gru_backward(xs, A, base, h0, w_hh, hs, gates, gout, gw_ih, gw_hh, gb_ih, g
                 dz[c] = dhj[c] * (pj[c] - n) * z * (1.0 - z)
                 dr[c] = dn[c] * gh[c] * r * (1.0 - r)
                 dah[c] = dn[c] * r
-        dprev[:] = 0.0
+        for j in range(H):
+            dpj = dprev[j * C:j * C + a]
+            for c in range(a):
+                dpj[c] = 0.0
         for j in range(H):
             dpj = dprev[j * C:j * C + a]
             dhj = dh[j * C:j * C + a]
@@ -257,7 +264,10 @@ def _gru_backward(xs, A, base, h0, w_hh, hs, gates, gout, gw_ih, gw_hh, gb_ih, g
                 for c in range(a):
                     dpi[c] += ur * dr[c] + uz * dz[c] + un * dah[c]
         for j in range(H):
-            dh[j * C:j * C + a] = dprev[j * C:j * C + a]
+            dhj = dh[j * C:j * C + a]
+            dpj = dprev[j * C:j * C + a]
+            for c in range(a):
+                dhj[c] = dpj[c]
     _weight_grads(d, S, xa, hp, S, gw_ih, gw_hh, gb_ih, gb_hh)
     if len(gh0):
         gh0[:] = dh
