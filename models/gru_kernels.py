@@ -23,13 +23,15 @@ results: predictions within 2.2e-16 and metrics within 7e-15 of the one-card ker
 8 simulated users, GRU-P, GRU-P-short and GRU).
 
 Measured against the one-card kernel, paired on the shared 2-core machine (a 45,000-review simulated user, 5 folds,
-CPU seconds in one process): GRU-P 1.55 → 0.78 s, GRU-P-short 1.83 → 1.03 s, GRU 0.29 → 0.22 s; GRU-P's fine-tune
-per card step (forward + reverse + head) ~1,100 → ~500 ns. Projected to 10,000 users (bench/bench_executors.py
-project): GRU-P 6.8 → 3.3 CPU-hours, GRU-P-short 8.6 → 4.5, GRU 1.2 → 1.0 (H = 2: too few units to fill a vector
-per card, the fixed cost per step stays). Where the rest goes: the forward ~200 ns a step (half of it vec_math's 24 exp), the reverse
-~250 ns: groups hold ~80 cards of mean length ~6, so most lockstep steps run few cards and the fixed cost of ~100
-short loops a step dominates (packing several short cards into one lane would not cut the number of steps, which
-the longest card sets).
+CPU seconds in one process): GRU-P 1.54 → 0.81 s, GRU-P-short 1.84 → 0.82 s, GRU 0.25 → 0.18 s; GRU-P's loss and
+gradient per card step (forward + reverse + head, fixed groups) 940 → 430 ns. Projected to 10,000 users
+(bench/bench_executors.py project, two paired runs): GRU-P 6.2–6.8 → 3.3–3.4 CPU-hours, GRU-P-short 7.7–8.6 →
+4.4–4.5, GRU 1.0–1.2 → 0.9–1.0 (H = 2: too few units per card to gain much; the fixed cost per step stays). Where
+GRU-P's time goes now: the forward ~200 ns a card step (about half of it vec_math's 24 exp), the reverse ~185 ns,
+setup and head ~55 ns. Groups hold ~80 cards of mean length ~6 and up to 64 steps, so most lockstep steps run few
+cards and the fixed cost of ~100 short loops per step is a large share (packing several short cards into one lane
+would not cut the number of steps, which the group's longest card sets). Numba's slice assignment (a[i:j] = b[k:l])
+cost more than the arithmetic on such short slices: the copies here are explicit loops.
 
 The card layout is card_net.CardSet.layout() (models/card_fit.py describes it). Parameters are passed flat
 (w_ih, w_hh, b_ih, b_hh, fc_w, fc_b concatenated; `unflatten` makes the views).

@@ -20,7 +20,7 @@ whole fine-tune to one numba call (models/card_fit.py: per epoch the cards in to
 of ≈ batch_size targets, one AdamW step per group); each group is one call of gru_kernels.gru_cards_loss, which runs
 the group's cards side by side in lockstep (vectorised over cards, vectorised exp/tanh) and returns the group's
 gradient; prediction runs the same kernel over groups of ≈ 16,384 targets. The fine-tune is ~90% of a GRU-P user's
-time (a 45,000-review user: 0.78 CPU s, of which prediction ~0.05 s, features and metrics ~0.15 s); there is no
+time (a 45,000-review user: 0.81 CPU s, of which prediction ~0.05 s, features and metrics ~0.15 s); there is no
 per-epoch evaluation pass (the final weights are kept, see models/neural_seq.py), so nothing is computed and thrown
 away.
 

@@ -1,19 +1,23 @@
-"""exp, sigmoid and tanh over whole arrays in plain arithmetic that numba/LLVM vectorises (AVX2: 4 doubles a time).
+"""exp, sigmoid and tanh in plain arithmetic that numba/LLVM vectorises inside a loop (AVX2: 4 doubles a time).
 
 Why: numba calls the C library's exp and tanh one value at a time (this machine's numba has no SVML vector library),
-about 6 ns and 27 ns per call, and a GRU step needs 2H exp and H tanh: once the GRU's multiply-adds run several
-cards per instruction (models/gru_kernels.py), these calls were ~80% of its forward pass. Here the same functions
+about 6 ns and 27 ns per call, and a GRU step needs 2H exp and H tanh: once the GRU's multiply-adds ran several
+cards per instruction (models/gru_kernels.py), these calls were ~75% of its forward pass. Here the same functions
 are a Cody–Waite range reduction x = k·ln2 + r (|r| ≤ ln2/2), a degree-13 Taylor polynomial for e^r − 1 and the
-scale 2^k built in the exponent bits, every step branch-free over the array, ~1 ns a value.
+scale 2^k built in the exponent bits, branch-free: ~3 ns a value in a vectorised loop on this (shared) machine.
+`exp1`, `sigmoid1` and `tanh1` are inlined into the caller's loop; `*_vec` run them over an array. A loop vectorises
+only when LLVM can prove at run time that what it writes does not overlap what it reads: write the results to
+another array than the arguments (in place, the loop runs scalar, ~2× slower).
 
-Accuracy: within 2 ulp of the C library over the ranges tested (tests/test_vec_math.py), so results move in the
-last bits only (not bit-identical to math.exp / math.tanh). Edge values follow the C library: exp overflows to inf
-above ~709.78 and underflows to 0 (through subnormals) below ~−745; NaN stays NaN; tanh(±large) = ±1.
+Accuracy: exp within 1 ulp, sigmoid within 4 and tanh within 3 ulp of the C library over the ranges tested
+(tests/test_gru_lockstep.py), so results move in the last bits only (not bit-identical to math.exp / math.tanh).
+Edge values follow the C library: exp overflows to inf above ~709.78 and underflows to 0 (through subnormals) below
+~−745; NaN stays NaN; tanh(±large) = ±1.
 
 How 2^k is built: t = x/ln2 + 1.5·2^52 rounds x/ln2 to the nearest integer k in t's low mantissa bits (t's ulp is
-1), so k is t's bit pattern minus 1.5·2^52's, read through an int64 view of the array; (k + 1023) << 52 is then the
-bit pattern of 2^k. k is split in two halves k1 + k2 so that both scales stay normal numbers over the whole
-clamped range (exp(−745) needs 2^−1075).
+1), so k is t's bit pattern minus 1.5·2^52's (`_as_int`, a bit cast); (k + 1023) << 52 is then the bit pattern of
+2^k. k is split in two halves k1 + k2 so that both scales stay normal numbers over the whole clamped range
+(exp(−745) needs 2^−1075). No fused multiply-adds (numba's default): the results are the same on every x86 CPU.
 """
 
 from __future__ import annotations
