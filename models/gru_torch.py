@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 import training
-from models.gru_kernels import _gru_backward, _gru_forward
+from models.gru_kernels import _gru_backward, _gru_forward, from_lockstep, lockstep_plan, to_lockstep
 from models.gru_p import DECAY, FACTOR, GRUPSpec, GRUSpec  # noqa: F401 (DECAY, FACTOR: re-exported)
 from models.neural_seq import CardBatch, CompiledCardNet
 
@@ -83,43 +83,43 @@ def _np(t: Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.detach().double().numpy())
 
 
-def _pack_mask(steps: np.ndarray, width: int) -> np.ndarray:
-    return np.arange(width)[None, :] < np.asarray(steps)[:, None]  # [C, L]
-
-
 class GRUSeqs(torch.autograd.Function):
     """nn.GRU (one layer) over zero-padded time-major sequences of different lengths from given initial states,
-    forward and backward compiled on the packed sequences. Float64 inside, returned in x's dtype; outputs beyond a
-    sequence's length are 0."""
+    forward and backward compiled over the sequences in lockstep (models/gru_kernels.py). Float64 inside, returned in
+    x's dtype; outputs beyond a sequence's length are 0."""
 
     @staticmethod
     def forward(ctx, x, steps, h0, w_ih, w_hh, b_ih, b_hh):
         n_l, n_c, _ = x.shape
-        mask = _pack_mask(steps, n_l)
-        xs = np.ascontiguousarray(_np(x).transpose(1, 0, 2)[mask])
-        off = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
-        h0s, w_hh_np = _np(h0), _np(w_hh)
+        order = np.argsort(-steps, kind="stable")
+        A, base = lockstep_plan(steps[order])
         H = w_hh.shape[1]
-        out = np.empty((len(xs), H))
-        gates = np.empty((len(xs), 4 * H))
-        _gru_forward(xs, off[:-1], off, h0s, _np(w_ih), w_hh_np, _np(b_ih), _np(b_hh), out, gates)
-        ctx.saved = (xs, off, h0s, w_hh_np, out, gates, mask)
+        a0 = int(A[0]) if len(A) else 0
+        xs = to_lockstep(_np(x), order, A, base)
+        h0s = np.ascontiguousarray(_np(h0)[order[:a0]].T).ravel()
+        w_hh_np = _np(w_hh)
+        hs = np.empty(base[-1] * H)
+        gates = np.empty(base[-1] * 4 * H)
+        _gru_forward(xs, A, base, h0s, _np(w_ih), w_hh_np, _np(b_ih), _np(b_hh), hs, gates)
+        ctx.saved = (xs, A, base, order, h0s, w_hh_np, hs, gates, n_l, n_c)
         ctx.dtypes = (h0.dtype, w_ih.dtype)
-        padded = np.zeros((n_c, n_l, H))
-        padded[mask] = out
-        return torch.from_numpy(padded.transpose(1, 0, 2).copy()).to(x.dtype)
+        return torch.from_numpy(from_lockstep(hs, order, A, base, n_l, n_c, H)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, gout):
-        xs, off, h0s, w_hh_np, out, gates, mask = ctx.saved
+        xs, A, base, order, h0s, w_hh_np, hs, gates, n_l, n_c = ctx.saved
         H = w_hh_np.shape[1]
-        gw_ih = np.zeros((3 * H, xs.shape[1]))
+        n_f = len(xs) // max(1, base[-1])
+        gw_ih = np.zeros((3 * H, n_f))
         gw_hh = np.zeros((3 * H, H))
         gb_ih = np.zeros(3 * H)
         gb_hh = np.zeros(3 * H)
-        gh0 = np.zeros_like(h0s)
-        g = np.ascontiguousarray(_np(gout).transpose(1, 0, 2)[mask])
-        _gru_backward(xs, off[:-1], off, h0s, w_hh_np, out, gates, g, gw_ih, gw_hh, gb_ih, gb_hh, gh0)
+        a0 = len(h0s) // H
+        gh0s = np.zeros(len(h0s))
+        g = to_lockstep(_np(gout), order, A, base)
+        _gru_backward(xs, A, base, h0s, w_hh_np, hs, gates, g, gw_ih, gw_hh, gb_ih, gb_hh, gh0s)
+        gh0 = np.zeros((n_c, H))
+        gh0[order[:a0]] = gh0s.reshape(H, a0).T
         dh, dw = ctx.dtypes
         return (None, None, torch.from_numpy(gh0).to(dh), torch.from_numpy(gw_ih).to(dw),
                 torch.from_numpy(gw_hh).to(dw), torch.from_numpy(gb_ih).to(dw), torch.from_numpy(gb_hh).to(dw))
