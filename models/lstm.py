@@ -178,6 +178,7 @@ class LSTMSpec(CompiledNet):
     its inputs, and the kernel's constants (the input standardisation, from `normalisation()`)."""
 
     card_loss = lstm_cards_loss
+    precision = "float64"  # the kernels' arithmetic: "float64" or "float32" (see models/lstm_kernels.py)
 
     def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(name, shape) for name, (_, shape) in zip(TORCH_NAMES, SHAPES, strict=True)]
@@ -187,9 +188,10 @@ class LSTMSpec(CompiledNet):
         raise NotImplementedError
 
     def model_consts(self) -> tuple:
-        """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std)."""
+        """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std) and a zero of the dtype the
+        kernels compute in (numba compiles one version per dtype)."""
         mean, std = self.normalisation()
-        return float(mean[0]), float(mean[1]), float(std[0]), float(std[1])
+        return float(mean[0]), float(mean[1]), float(std[0]), float(std[1]), np.dtype(self.precision).type(0)
 
     def step_features(self, data):
         return lstm_features(data)

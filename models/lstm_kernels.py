@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 from numba import njit
+from numba.extending import overload
 
 from models.kernel_math import bce
 
@@ -308,20 +309,49 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
-N_W20, N_W80, N_W1 = 43, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_W20, N_W80, N_W1 = 45, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
 
 
 @njit(cache=True, error_model="numpy")
-def workspace(n):
-    """Work arrays for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
-    return np.empty((N_W20, n, H)), np.empty((N_W80, n, G4)), np.empty((N_W1, n)), np.empty((n, N_IN))
+def workspace(n, dt):
+    """Work arrays of dtype dt for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
+    return (np.empty((N_W20, n, H), dt), np.empty((N_W80, n, G4), dt), np.empty((N_W1, n), dt),
+            np.empty((n, N_IN), dt))
+
+
+def chunk_grad(grad, th):
+    """Where a chunk adds its gradient: grad itself in float64; in float32 a float32 buffer of its own, which
+    `flush_grad` adds into grad (float64) after each chunk, so sums over many chunks do not lose float32 digits."""
+
+
+@overload(chunk_grad)
+def _chunk_grad(grad, th):
+    if th.dtype == grad.dtype:
+        return lambda grad, th: grad
+    return lambda grad, th: np.zeros(len(grad), th.dtype)
+
+
+def flush_grad(grad, buf):
+    """grad += buf and buf = 0, unless buf is grad (float64)."""
+
+
+@overload(flush_grad)
+def _flush_grad(grad, buf):
+    if buf.dtype == grad.dtype:
+        return lambda grad, buf: None
+
+    def flush(grad, buf):
+        for j in range(len(grad)):
+            grad[j] += buf[j]
+            buf[j] = 0.0
+    return flush
 
 
 @njit(cache=True, error_model="numpy")
 def encode(feats, src, model, x):
     """x = the 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt),
     ln(clamp(duration, 100, 60000)) and the one-hot rating (clamped ≥ 1)."""
-    mean0, mean1, std0, std1 = model
+    mean0, mean1, std0, std1 = model[0], model[1], model[2], model[3]
     for r in range(len(src)):
         s = src[r]
         for j in range(N_IN):
@@ -376,8 +406,25 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[33, :n], w20[34, :n], w20[35, :n])
     gv, gb1, gb2, dh_rec, dc_next, h_prev, tmp20 = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n],
                                                     w20[40, :n], w20[41, :n], w20[42, :n])
+    # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
+    ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
+    for q in range(len(cards)):
+        c = cards[rank[q]]
+        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
+            ri[off[t_pos[jt] - 1] + q] = 0
+    rd = np.empty(n, dtype=np.int64)  # read row -> row
+    m = 0
+    for r in range(n):
+        if ri[r] >= 0:
+            ri[r] = m
+            rd[m] = r
+            m += 1
+    (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
+        m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
+        xhf0[:m], f1[:m], v[:m], sgf1[:m])
+    v2r, gv2 = w20[43, :m], w20[44, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
-    rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :n], w1[4, :n], w1[5, :n]
+    rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
     x0 = wx[:n]
     # forward, layer by layer over all rows
     encode(feats, src, model, x0)
@@ -392,19 +439,22 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     layer_norm(v1, ln2, ln2_b, True, u2, xhu2, rsu2)
     lstm_forward(u2, ih2, hh2, bih2, bhh2, off, bs, h2, c2, tc2, g2, tmp80)
     add(v1, h2, v2)
-    layer_norm(v2, mlp_ln1, mlp_ln1, False, m0, xhm0, rsm0)
+    for i in range(m):
+        for j in range(H):
+            v2r[i, j] = v2[rd[i], j]
+    layer_norm(v2r, mlp_ln1, mlp_ln1, False, m0, xhm0, rsm0)
     linear(m0, mlp_w1, mlp_b1, m1)
     silu(m1, m2, sgm1)
     layer_norm(m2, mlp_ln2, mlp_ln2, False, m3, xhm3, rsm3)
     linear(m3, mlp_w2, mlp_b2, m4)
     silu(m4, m5, sgm4)
-    add(v2, m5, v3)
+    add(v2r, m5, v3)
     layer_norm(v3, out_ln, out_ln, False, f0, xhf0, rsf0)
     linear(f0, out_w, out_b, f1)
     silu(f1, v, sgf1)
     # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c)
     if want:
-        for r in range(n):
+        for r in range(m):
             for i in range(H):
                 gv[r, i] = 0.0
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
@@ -424,7 +474,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     for q in range(len(cards)):
         c = cards[rank[q]]
         for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
-            r = off[t_pos[jt] - 1] + q  # the state after the target's history
+            r = ri[off[t_pos[jt] - 1] + q]  # the state after the target's history (its read row)
             t = t_dt[jt]
             zmax = -np.inf
             for k in range(N_CURVES):
@@ -474,7 +524,9 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
                         gv[r, i] += gzw[k] * w_w[k, i] + gzs[k] * s_w[k, i] + gzd[k] * d_w[k, i]
     if not want:
         return loss
-    # reverse pass, layer by layer; the residual stream's gradient is carried in gb2
+    # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
+    # every row from dL/dv2 on)
+    gv, gb1, gb2 = gv[:m], gb1[:m], gb2[:m]
     silu_back(f1, sgf1, gv, gv)
     linear_back(f0, out_w, gv, g_out_w, g_out_b, gb1, True)
     layer_norm_back(xhf0, rsf0, out_ln, gb1, g_out_ln, g_out_ln, False, gb2)  # dL/dv3
@@ -484,17 +536,22 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     silu_back(m1, sgm1, gv, gv)
     linear_back(m0, mlp_w1, gv, g_mlp_w1, g_mlp_b1, gb1, True)
     layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, g_mlp_ln1, g_mlp_ln1, False, gv)
-    add(gb2, gv, gb2)  # dL/dv2
-    lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gb2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
+    add(gb2, gv, gb2)  # dL/dv2 at the read rows
+    gv, gb1 = w20[36, :n], w20[37, :n]
+    for r in range(n):
+        i = ri[r]
+        for j in range(H):
+            gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
+    lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
                   dc_next, h_prev, tmp20)
     layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
-    add(gb2, gv, gb2)  # dL/dv1
-    lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gb2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
+    add(gv2, gv, gv2)  # dL/dv1
+    lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
                   dc_next, h_prev, tmp20)
     layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
-    add(gb2, gv, gb2)  # dL/dv0
-    silu_back(a2, sg2, gb2, gb2)
-    linear_back(n1, pre2_w, gb2, g_pre2_w, g_pre2_b, gb1, True)
+    add(gv2, gv, gv2)  # dL/dv0
+    silu_back(a2, sg2, gv2, gv2)
+    linear_back(n1, pre2_w, gv2, g_pre2_w, g_pre2_b, gb1, True)
     layer_norm_back(xh1, rs1, pre_ln, gb1, g_pre_ln, g_pre_ln, False, gv)
     silu_back(a1, sg1, gv, gv)
     linear_back(x0, pre_w, gv, g_pre_w, g_pre_b, gb1, False)
@@ -523,9 +580,14 @@ def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
             n_max = max(n_max, acc)
             acc = 0
     bounds[0] = 0
-    ws = workspace(n_max)
+    th = np.empty(len(theta), dtype=np.asarray(model[4]).dtype)  # the network's weights in its dtype
+    th[:] = theta
+    ws = workspace(n_max, th.dtype)
     g = grad if want else np.zeros(N_PARAMS)  # unused without `want`: chunk_loss's views need a full vector
+    gc = chunk_grad(g, th)
     loss = 0.0
     for b in range(nb):
-        loss += chunk_loss(model, layout, cards[bounds[b]:bounds[b + 1]], theta, want, g, p_out, ws)
+        loss += chunk_loss(model, layout, cards[bounds[b]:bounds[b + 1]], th, want, gc, p_out, ws)
+        if want:
+            flush_grad(g, gc)
     return loss
