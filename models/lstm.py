@@ -29,12 +29,16 @@ batches; per pass a piecewise-linear lr 0.0019622 → 0.006455344 (5 warm-up pas
 16000^(1 − 1.2103); batch loss = mean(weight·BCE)·B^1.2103 + 0.000244·‖θ − θ_pretrained‖²; gradient norm clipped
 at 7050; the final weights. One pass per card: batches are groups of whole cards with ≈ 16,384 targets in one
 random card order (seed 2025; upstream shuffles the rows once with random_state 2025 and cuts batches of 16,384).
-Compiled (models/lstm_kernels.py, float64): the network's forward and reverse pass, one of each per card, and the
-whole fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch
-the fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
-torch path stays as the reference: `finetune(layout="cards")` is the same recipe stepped by torch.optim.AdamW
-(tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the same recipe over upstream's per-target
-padded batches.
+Compiled (models/lstm_kernels.py): the network's forward and reverse pass, one of each per card, and the whole
+fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch the
+fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
+network computes in float32 by default (PRECISION; upstream's torch LSTM is float32 too), the optimizer (AdamW
+state, clipping, master weights) in float64; `other.py --precision float64` runs the network in float64 (result
+file LSTM-float64). Checked: the float32 run prints the same LogLoss / RMSE(bins) / AUC to 4 decimals as the float64
+run on every user of the embedded data and on 12 sim36 users (see the commit that made float32 the default), and is
+faster (lstm_kernels' docstring). The torch path stays as the reference, in float64: `finetune(layout="cards")` is
+the same recipe stepped by torch.optim.AdamW (tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the
+same recipe over upstream's per-target padded batches.
 
 Pretraining (`pretrain.py --model LSTM`, Reptile, SB reptile_trainer.train): input_mean/std from the training users
 (every review in the history of each card's last target); then outer steps over the users in turn (task =
@@ -74,6 +78,7 @@ FINETUNE = dict(lr_start=0.0019622, lr_middle=0.006455344, lr_end=0.0034213, war
 REPTILE = dict(lr=0.0026945, batch_size_exp=1.0, clip_norm=7050.0, reg_scale=0.000244, inner_steps=15,
                inner_weight_decay=0.03, outer_lr=0.02, outer_weight_decay=0.03, warmup_fraction=0.1, seed=2030)
 INNER_BETAS = (0.0, 0.999)
+PRECISION = "float32"  # the default run's compiled arithmetic (other.py --precision float64: the other)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -310,6 +315,7 @@ class LSTM(NeuralModel):
 
     def new_net(self):
         net = super().new_net()
+        net.precision = getattr(self.cfg, "precision", "") or PRECISION
         if self.torch_free():
             self.opt_flat = read_opt_state(self.pretrain_command(self.cfg))
             return net

@@ -3,24 +3,40 @@ models/card_fit.py's card_loss for the LSTM.
 
 Why compiled: stepped in torch, the fine-tune (20 passes per fold, two stacked nn.LSTMs and ~20 other operations per
 time step, autograd and AdamW around them) cost ~47 s per 100k reviews, the most of any row. Here one forward and
-one reverse pass per card, in float64:
+one reverse pass per card:
 - the cards of a call, sorted by length, are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are
   laid out time-major as torch's PackedSequence does (cards sorted by length, longest first; block k holds step k
   of every card still running), so each layer that acts per position is ONE matrix product over all the chunk's
   steps, and each LSTM step is one product over the cards still running (np.dot: BLAS; cards of like length in a
   chunk make these products fewer and larger: a product of 10 rows costs ~2× per row one of 100 rows);
+- a card runs up to its last target's history only (CardSet's c_steps), and the layers after the LSTMs (the MLP
+  ResBlock, the output layer) and the heads run only at the rows some target reads (the last step of its history):
+  with same-day reviews in the histories and never targets, 30–45% of the rows are read by no target (sim36 users)
+  and only need the LSTMs, whose state carries on (~10% per pass);
 - the reverse pass walks the same layers backwards; the weight gradients are products over all steps at the end;
 - every array a chunk needs lives in one work space made once per call (`workspace`) and shared by its chunks:
   made afresh per chunk, the ~50 arrays (several above malloc's mmap threshold, so returned to the kernel on every
-  free) cost about as much as the arithmetic in page faults. With it, a pass costs ≈ 5 µs per step on one core,
-  spread over the LSTM layers (≈ 45%: their gate products, activations and recurrent products), the heads (≈ 10%:
-  one pow, one log and three exp per curve and target) and the other layers; ≈ 1/3 of it in BLAS.
+  free) cost about as much as the arithmetic in page faults.
+
+Precision (`model[4]`, a zero of the dtype: numba compiles one version per dtype): float32 is the default run's
+(models/lstm.py PRECISION; upstream's LSTM runs in torch's float32 too), float64 the reference that
+tests/test_lstm_compiled.py holds equal to torch autograd (other.py --precision float64). In float32 the work space,
+the weights (rounded from the optimizer's float64 copy at each call), the BLAS products (sgemm) and the per-element
+arithmetic are float32 (`like` gives every constant the arrays' dtype, since a float64 constant would widen the
+expression; `exp32` is an exponential that vectorises 8 floats wide), so twice the elements per vector instruction
+and half the memory traffic. What stays float64: the heads (per target: softmax, pow, log, three exp, the BCE), the
+loss sum, each chunk's gradient summed into the float64 gradient (so sums over many chunks keep their digits), and
+the optimizer (AdamW state, gradient norm and clipping, the master weights, in card_fit). Measured on a fixed real
+batch (sim36 user 19, all cards of a fold, one thread, paired in one process): float64 ≈ 5 µs per step; float32
+1.6× faster per pass; LayerNorm's row sums four rows at a time (independent addition chains, each row summed in its
+own order: float64 unchanged bit for bit) ~2× per LayerNorm.
+
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
-clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path
-(tests/test_lstm_compiled.py).
+clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path in float64
+(tests/test_lstm_compiled.py), float32 against float64 in tests/test_lstm_float32.py.
 
 Parameters are flat in LSTMNet.parameters() order (`views` cuts them); `model` = (mean of ln(1e−5 + Δt), mean of
-ln(duration), their stds): the input_mean / input_std buffers.
+ln(duration), their stds, a zero of the compute dtype): the input_mean / input_std buffers and the precision.
 """
 
 from __future__ import annotations
