@@ -27,9 +27,12 @@ expression; `exp32` is an exponential that vectorises 8 floats wide), so twice t
 and half the memory traffic. What stays float64: the heads (per target: softmax, pow, log, three exp, the BCE), the
 loss sum, each chunk's gradient summed into the float64 gradient (so sums over many chunks keep their digits), and
 the optimizer (AdamW state, gradient norm and clipping, the master weights, in card_fit). Measured on a fixed real
-batch (sim36 user 19, all cards of a fold, one thread, paired in one process): float64 ≈ 5 µs per step; float32
-1.6× faster per pass; LayerNorm's row sums four rows at a time (independent addition chains, each row summed in its
-own order: float64 unchanged bit for bit) ~2× per LayerNorm.
+batch (a simulated user's 2,000 cards, 10k steps, loss and gradient, one thread, old and new alternated in one
+process, medians of 8): the float64 kernel before these changes ≈ 5 µs per step; the read rows alone 1.06–1.10×;
+float32 with float64 per-element arithmetic 1.25×; float32 throughout, with LayerNorm's row sums four rows at a
+time (independent addition chains, each row still summed in its own order, so float64 is unchanged bit for bit;
+~2× per LayerNorm) 1.6×. Whole runs: the LSTM row's projection for 10,000 users (bench/bench_executors.py project)
+37.0 CPU-hours against 53.6 for the kernels before, measured back to back on a busy machine.
 
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
 clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path in float64
