@@ -42,9 +42,9 @@ def test_float32_kernel_equals_float64_on_a_real_batch(user8_lstm):
         out[precision] = loss, p, g
     (l64, p64, g64), (l32, p32, g32) = out["float64"], out["float32"]
     assert len(p64) > 1000 and not np.isnan(p32).any()
-    np.testing.assert_allclose(p32, p64, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(p32, p64, rtol=0, atol=1e-6)  # measured: 8e−8
     assert l32 == pytest.approx(l64, rel=1e-6)
-    np.testing.assert_allclose(g32, g64, rtol=0, atol=1e-5 * np.abs(g64).max())
+    np.testing.assert_allclose(g32, g64, rtol=0, atol=1e-5 * np.abs(g64).max())  # measured: 1.7e−7
     assert np.abs(g32 - g64).max() > 0  # really another precision
 
 
@@ -63,4 +63,4 @@ def test_float32_finetune_stays_close_to_float64(user8_lstm):
     moved = np.abs(thetas["float64"] - start).max()
     apart = np.abs(thetas["float32"] - thetas["float64"]).max()
     assert moved > 0.01
-    assert apart < 1e-3 * moved
+    assert apart < 1e-5 * moved  # measured: 4e−7 (one float32 rounding of the stored weights)
