@@ -45,6 +45,7 @@ class RunConfig:
     batch_size: int = 512
     max_seq_len: int = 64
     n_epoch: int = 5
+    precision: str = ""  # the LSTM's compiled arithmetic, "float32" or "float64" ("": the model's default, float32)
     trainer: str = "fast"  # fast: compiled full-sequence gradients (models/seq_engine.py); upstream: srs-benchmark's
     torch_num_threads: int = 1
     raw: bool = False
@@ -125,6 +126,8 @@ class RunConfig:
             parts.append("equalize_test_with_non_secs")
         if self.trainer != "fast":
             parts.append(f"{self.trainer}-trainer")
+        if self.precision == "float64" and self.algo == "LSTM":
+            parts.append("float64")
         if self.partitions != "none":
             parts.append(self.partitions)
         if self.disable_short_term:
@@ -194,6 +197,9 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--max_seq_len", type=int, default=64,
                    help="longest training history; each card keeps its first 2x this many reviews")
     p.add_argument("--n_epoch", type=int, default=5, help="training epochs")
+    p.add_argument("--precision", choices=["float32", "float64"], default="",
+                   help="the LSTM's compiled fine-tune and predictions in float32 (default; upstream's torch runs in "
+                        "float32) or float64 (suffix -float64)")
     p.add_argument("--trainer", choices=["fast", "autograd", "upstream"], default="fast",
                    help="fast: the upstream objective minimised with compiled one-pass-per-card gradients; "
                         "autograd: the same batches and steps, gradients by torch autograd through one pass per "

@@ -29,12 +29,18 @@ batches; per pass a piecewise-linear lr 0.0019622 → 0.006455344 (5 warm-up pas
 16000^(1 − 1.2103); batch loss = mean(weight·BCE)·B^1.2103 + 0.000244·‖θ − θ_pretrained‖²; gradient norm clipped
 at 7050; the final weights. One pass per card: batches are groups of whole cards with ≈ 16,384 targets in one
 random card order (seed 2025; upstream shuffles the rows once with random_state 2025 and cuts batches of 16,384).
-Compiled (models/lstm_kernels.py, float64): the network's forward and reverse pass, one of each per card, and the
-whole fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch
-the fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
-torch path stays as the reference: `finetune(layout="cards")` is the same recipe stepped by torch.optim.AdamW
-(tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the same recipe over upstream's per-target
-padded batches.
+Compiled (models/lstm_kernels.py): the network's forward and reverse pass, one of each per card, and the whole
+fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch the
+fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
+network computes in float32 by default (PRECISION; upstream's torch LSTM is float32 too), the optimizer (AdamW
+state, clipping, master weights) in float64; `other.py --precision float64` runs the network in float64 (result
+file LSTM-float64). Checked when float32 became the default: on the embedded data (3 users evaluated) and 12 simulated users
+(bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal the float64 run's to
+4 decimals, sizes identical; the result files' 6-decimal metrics differ by at most 2e−6 (AUC, ICI), LogLoss and
+RMSE(bins) not at all. Whole runs (2 users, 28k raw reviews, one process): float32 takes 0.73× the CPU time of
+float64 (paired medians, 3 pairs). The torch path stays as the reference, in float64: `finetune(layout="cards")` is
+the same recipe stepped by torch.optim.AdamW (tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the
+same recipe over upstream's per-target padded batches.
 
 Pretraining (`pretrain.py --model LSTM`, Reptile, SB reptile_trainer.train): input_mean/std from the training users
 (every review in the history of each card's last target); then outer steps over the users in turn (task =
@@ -74,6 +80,7 @@ FINETUNE = dict(lr_start=0.0019622, lr_middle=0.006455344, lr_end=0.0034213, war
 REPTILE = dict(lr=0.0026945, batch_size_exp=1.0, clip_norm=7050.0, reg_scale=0.000244, inner_steps=15,
                inner_weight_decay=0.03, outer_lr=0.02, outer_weight_decay=0.03, warmup_fraction=0.1, seed=2030)
 INNER_BETAS = (0.0, 0.999)
+PRECISION = "float32"  # the default run's compiled arithmetic (other.py --precision float64: the other)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -178,6 +185,7 @@ class LSTMSpec(CompiledNet):
     its inputs, and the kernel's constants (the input standardisation, from `normalisation()`)."""
 
     card_loss = lstm_cards_loss
+    precision = "float64"  # the kernels' arithmetic: "float64" or "float32" (see models/lstm_kernels.py)
 
     def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(name, shape) for name, (_, shape) in zip(TORCH_NAMES, SHAPES, strict=True)]
@@ -187,9 +195,10 @@ class LSTMSpec(CompiledNet):
         raise NotImplementedError
 
     def model_consts(self) -> tuple:
-        """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std)."""
+        """lstm_cards_loss's `model`: the input standardisation (mean, mean, std, std) and a zero of the dtype the
+        kernels compute in (numba compiles one version per dtype)."""
         mean, std = self.normalisation()
-        return float(mean[0]), float(mean[1]), float(std[0]), float(std[1])
+        return float(mean[0]), float(mean[1]), float(std[0]), float(std[1]), np.dtype(self.precision).type(0)
 
     def step_features(self, data):
         return lstm_features(data)
@@ -308,6 +317,7 @@ class LSTM(NeuralModel):
 
     def new_net(self):
         net = super().new_net()
+        net.precision = getattr(self.cfg, "precision", "") or PRECISION
         if self.torch_free():
             self.opt_flat = read_opt_state(self.pretrain_command(self.cfg))
             return net

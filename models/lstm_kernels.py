@@ -3,24 +3,43 @@ models/card_fit.py's card_loss for the LSTM.
 
 Why compiled: stepped in torch, the fine-tune (20 passes per fold, two stacked nn.LSTMs and ~20 other operations per
 time step, autograd and AdamW around them) cost ~47 s per 100k reviews, the most of any row. Here one forward and
-one reverse pass per card, in float64:
+one reverse pass per card:
 - the cards of a call, sorted by length, are cut into chunks of ≈ CHUNK_STEPS steps; in a chunk their steps are
   laid out time-major as torch's PackedSequence does (cards sorted by length, longest first; block k holds step k
   of every card still running), so each layer that acts per position is ONE matrix product over all the chunk's
   steps, and each LSTM step is one product over the cards still running (np.dot: BLAS; cards of like length in a
   chunk make these products fewer and larger: a product of 10 rows costs ~2× per row one of 100 rows);
+- a card runs up to its last target's history only (CardSet's c_steps), and the layers after the LSTMs (the MLP
+  ResBlock, the output layer) and the heads run only at the rows some target reads (the last step of its history):
+  with same-day reviews in the histories and never targets, 30–45% of the rows are read by no target (sim36 users)
+  and only need the LSTMs, whose state carries on (~10% per pass);
 - the reverse pass walks the same layers backwards; the weight gradients are products over all steps at the end;
 - every array a chunk needs lives in one work space made once per call (`workspace`) and shared by its chunks:
   made afresh per chunk, the ~50 arrays (several above malloc's mmap threshold, so returned to the kernel on every
-  free) cost about as much as the arithmetic in page faults. With it, a pass costs ≈ 5 µs per step on one core,
-  spread over the LSTM layers (≈ 45%: their gate products, activations and recurrent products), the heads (≈ 10%:
-  one pow, one log and three exp per curve and target) and the other layers; ≈ 1/3 of it in BLAS.
+  free) cost about as much as the arithmetic in page faults.
+
+Precision (`model[4]`, a zero of the dtype: numba compiles one version per dtype): float32 is the default run's
+(models/lstm.py PRECISION; upstream's LSTM runs in torch's float32 too), float64 the reference that
+tests/test_lstm_compiled.py holds equal to torch autograd (other.py --precision float64). In float32 the work space,
+the weights (rounded from the optimizer's float64 copy at each call), the BLAS products (sgemm) and the per-element
+arithmetic are float32 (`like` gives every constant the arrays' dtype, since a float64 constant would widen the
+expression; `exp32` is an exponential that vectorises 8 floats wide), so twice the elements per vector instruction
+and half the memory traffic. What stays float64: the heads (per target: softmax, pow, log, three exp, the BCE), the
+loss sum, each chunk's gradient summed into the float64 gradient (so sums over many chunks keep their digits), and
+the optimizer (AdamW state, gradient norm and clipping, the master weights, in card_fit). Measured on a fixed real
+batch (a simulated user's 2,000 cards, 10k steps, loss and gradient, one thread, old and new alternated in one
+process, medians of 8): the float64 kernel before these changes ≈ 5 µs per step; the read rows alone 1.06–1.10×;
+float32 with float64 per-element arithmetic 1.25×; float32 throughout, with LayerNorm's row sums four rows at a
+time (independent addition chains, each row still summed in its own order, so float64 is unchanged bit for bit;
+~2× per LayerNorm) 1.6×. Whole runs: the LSTM row's projection for 10,000 users (bench/bench_executors.py project)
+37.0 CPU-hours against 53.6 for the kernels before, measured back to back on a busy machine.
+
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
-clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path
-(tests/test_lstm_compiled.py).
+clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path in float64
+(tests/test_lstm_compiled.py), float32 against float64 in tests/test_lstm_float32.py.
 
 Parameters are flat in LSTMNet.parameters() order (`views` cuts them); `model` = (mean of ln(1e−5 + Δt), mean of
-ln(duration), their stds): the input_mean / input_std buffers.
+ln(duration), their stds, a zero of the compute dtype): the input_mean / input_std buffers and the precision.
 """
 
 from __future__ import annotations
@@ -28,7 +47,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
 
 from models.kernel_math import bce
 
@@ -119,16 +140,73 @@ def exp_bounded(x):
     return p * p
 
 
+LN2_HI = 0.693359375  # ln 2 = LN2_HI + LN2_LO, LN2_HI with 9 significant bits: n·LN2_HI is exact in float32
+LN2_LO = math.log(2.0) - LN2_HI
+LOG2E = 1.0 / math.log(2.0)
+
+
+@intrinsic
+def _f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the int32 `bits` (an LLVM bitcast: vectorises, unlike math.ldexp)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def exp32(x):
+    """e^x in float32 for x clamped to ±EXP_BOUND, in plain arithmetic so the loops vectorise 8 floats wide: x =
+    n·ln 2 + r (|r| ≤ ln2/2, Cody–Waite's two-part ln 2), e^r by its Taylor series to degree 7 (truncation below
+    2e−8 relative), times 2^n made from its exponent bits. Error within a few float32 ulps."""
+    f = np.float32
+    x = min(max(x, f(-EXP_BOUND)), f(EXP_BOUND))
+    n = np.floor(x * f(LOG2E) + f(0.5))
+    r = (x - n * f(LN2_HI)) - n * f(LN2_LO)
+    p = f(1.0 / 5040.0) * r + f(1.0 / 720.0)
+    p = p * r + f(1.0 / 120.0)
+    p = p * r + f(1.0 / 24.0)
+    p = p * r + f(1.0 / 6.0)
+    p = p * r + f(0.5)
+    p = p * r + f(1.0)
+    p = p * r + f(1.0)
+    return p * _f32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+
+
+def exp_act(x):
+    """The activations' exponential in x's own precision: exp_bounded (float64) or exp32 (float32)."""
+
+
+@overload(exp_act, inline="always")
+def _exp_act(x):
+    if x == types.float32:
+        return lambda x: exp32(x)
+    return lambda x: exp_bounded(x)
+
+
+def like(a, c):
+    """The constant c in the type of a (a float or an array of floats): float32 arithmetic stays float32, where a
+    float64 constant would widen every expression it enters."""
+
+
+@overload(like, inline="always")
+def _like(a, c):
+    if getattr(a, "dtype", a) == types.float32:
+        return lambda a, c: np.float32(c)
+    return lambda a, c: c
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def sigmoid(z):
-    """1 / (1 + e^−z), relative error below 1e−13."""
-    return 1.0 / (1.0 + exp_bounded(-z))
+    """1 / (1 + e^−z) in z's precision; float64: relative error below 1e−13."""
+    one = like(z, 1.0)
+    return one / (one + exp_act(-z))
 
 
 @njit(cache=True, inline="always", error_model="numpy")
 def tanh(x):
-    """2σ(2x) − 1, absolute error below 1e−14."""
-    return 2.0 / (1.0 + exp_bounded(-2.0 * x)) - 1.0
+    """2σ(2x) − 1 in x's precision; float64: absolute error below 1e−14."""
+    one = like(x, 1.0)
+    return (one + one) / (one + exp_act(-(x + x))) - one
 
 
 # ----------------------------------------------------------------------------------------------- per-position layers
@@ -169,10 +247,11 @@ def silu(a, y, sg):
 @njit(cache=True, error_model="numpy")
 def silu_back(a, sg, gy, ga):
     """ga = dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a))) (ga may be gy)."""
+    one = like(a, 1.0)
     for r in range(a.shape[0]):
         for j in range(a.shape[1]):
             s = sg[r, j]
-            ga[r, j] = gy[r, j] * s * (1.0 + a[r, j] * (1.0 - s))
+            ga[r, j] = gy[r, j] * s * (one + a[r, j] * (one - s))
 
 
 @njit(cache=True, error_model="numpy")
@@ -185,42 +264,65 @@ def add(a, b, out):
 
 @njit(cache=True, error_model="numpy")
 def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
-    """LayerNorm over the last axis (eps 1e−5): y = x̂·γ (+ β), and x̂, 1/σ kept for the reverse pass."""
+    """LayerNorm over the last axis (eps 1e−5): y = x̂·γ (+ β), and x̂, 1/σ kept for the reverse pass. Rows go four
+    at a time (the last block repeats its last row): each row's sums are a chain of 20 dependent additions, and four
+    independent chains keep the adder busy (~1.5× per LayerNorm); every row is still summed in its own order."""
     n, m = x.shape
-    for r in range(n):
-        mu = 0.0
+    zero, one, eps, fm = like(x, 0.0), like(x, 1.0), like(x, LN_EPS), like(x, float(m))
+    for r in range(0, n, 4):
+        r1, r2, r3 = min(r + 1, n - 1), min(r + 2, n - 1), min(r + 3, n - 1)
+        s0 = s1 = s2 = s3 = zero
         for j in range(m):
-            mu += x[r, j]
-        mu /= m
-        var = 0.0
-        for j in range(m):
-            var += (x[r, j] - mu) ** 2
-        rs = 1.0 / math.sqrt(var / m + LN_EPS)
-        rstd[r] = rs
-        for j in range(m):
-            xh[r, j] = (x[r, j] - mu) * rs
-            y[r, j] = xh[r, j] * gamma[j] + (beta[j] if has_beta else 0.0)
+            s0 += x[r, j]
+            s1 += x[r1, j]
+            s2 += x[r2, j]
+            s3 += x[r3, j]
+        mu0, mu1, mu2, mu3 = s0 / fm, s1 / fm, s2 / fm, s3 / fm
+        s0 = s1 = s2 = s3 = zero
+        for j in range(m):  # x − μ into xh, scaled below
+            d0, d1, d2, d3 = x[r, j] - mu0, x[r1, j] - mu1, x[r2, j] - mu2, x[r3, j] - mu3
+            xh[r, j], xh[r1, j], xh[r2, j], xh[r3, j] = d0, d1, d2, d3
+            s0 += d0 * d0
+            s1 += d1 * d1
+            s2 += d2 * d2
+            s3 += d3 * d3
+        rstd[r], rstd[r1], rstd[r2], rstd[r3] = (one / math.sqrt(s0 / fm + eps), one / math.sqrt(s1 / fm + eps),
+                                                 one / math.sqrt(s2 / fm + eps), one / math.sqrt(s3 / fm + eps))
+        for row in range(r, min(r + 4, n)):
+            rs = rstd[row]
+            for j in range(m):
+                xh[row, j] = xh[row, j] * rs
+                y[row, j] = xh[row, j] * gamma[j] + (beta[j] if has_beta else zero)
 
 
 @njit(cache=True, error_model="numpy")
 def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
-    """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ."""
+    """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ.
+    The rows' two sums four rows at a time, as in layer_norm."""
     n, m = xh.shape
-    d = np.empty(m)
-    for r in range(n):
-        s1 = 0.0
-        s2 = 0.0
+    zero, fm = like(xh, 0.0), like(xh, float(m))
+    for r in range(0, n, 4):
+        r1, r2, r3 = min(r + 1, n - 1), min(r + 2, n - 1), min(r + 3, n - 1)
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero
         for j in range(m):
-            ggamma[j] += gy[r, j] * xh[r, j]
-            if has_beta:
-                gbeta[j] += gy[r, j]
-            d[j] = gy[r, j] * gamma[j]
-            s1 += d[j]
-            s2 += d[j] * xh[r, j]
-        s1 /= m
-        s2 /= m
-        for j in range(m):
-            gx[r, j] = (d[j] - s1 - xh[r, j] * s2) * rstd[r]
+            d0, d1, d2, d3 = gy[r, j] * gamma[j], gy[r1, j] * gamma[j], gy[r2, j] * gamma[j], gy[r3, j] * gamma[j]
+            a0 += d0
+            a1 += d1
+            a2 += d2
+            a3 += d3
+            b0 += d0 * xh[r, j]
+            b1 += d1 * xh[r1, j]
+            b2 += d2 * xh[r2, j]
+            b3 += d3 * xh[r3, j]
+        sa, sb = (a0, a1, a2, a3), (b0, b1, b2, b3)
+        for q in range(min(4, n - r)):
+            row = r + q
+            s1, s2, rs = sa[q] / fm, sb[q] / fm, rstd[row]
+            for j in range(m):
+                ggamma[j] += gy[row, j] * xh[row, j]
+                if has_beta:
+                    gbeta[j] += gy[row, j]
+                gx[row, j] = (gy[row, j] * gamma[j] - s1 - xh[row, j] * s2) * rs
 
 
 # ----------------------------------------------------------------------------------------------- the recurrence
@@ -231,6 +333,7 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
     k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[1], 4H] is scratch."""
     n = u.shape[0]
+    zero = like(u, 0.0)
     linear(u, w_ih, b_ih, act)  # the gates' pre-activations, activated in place step by step
     for r in range(n):
         for j in range(G4):
@@ -255,7 +358,7 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
             for j in range(3 * H, G4):  # o: sigmoid
                 act[r, j] = sigmoid(act[r, j])
             for j in range(H):
-                cp = c[rp, j] if k > 0 else 0.0
+                cp = c[rp, j] if k > 0 else zero
                 cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
                 c[r, j] = cj
                 tc[r, j] = tanh(cj)
@@ -268,6 +371,7 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
     gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] and tmp [≥ bs[1], H] are scratch."""
     n = u.shape[0]
+    zero, one = like(u, 0.0), like(u, 1.0)
     for r in range(n):
         for j in range(H):
             dh_rec[r, j] = 0.0  # dL/dh through the next step's recurrence
@@ -283,12 +387,12 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                 i, f, g, o = gates[r, j], gates[r, H + j], gates[r, 2 * H + j], gates[r, 3 * H + j]
                 tcj = tanh_c[r, j]
                 dh = gh[r, j] + dh_rec[r, j]
-                dc = dc_next[r, j] + dh * o * (1.0 - tcj * tcj)
-                cp = c[rp, j] if k > 0 else 0.0
-                dg[r, j] = dc * g * i * (1.0 - i)
-                dg[r, H + j] = dc * cp * f * (1.0 - f)
-                dg[r, 2 * H + j] = dc * i * (1.0 - g * g)
-                dg[r, 3 * H + j] = dh * tcj * o * (1.0 - o)
+                dc = dc_next[r, j] + dh * o * (one - tcj * tcj)
+                cp = c[rp, j] if k > 0 else zero
+                dg[r, j] = dc * g * i * (one - i)
+                dg[r, H + j] = dc * cp * f * (one - f)
+                dg[r, 2 * H + j] = dc * i * (one - g * g)
+                dg[r, 3 * H + j] = dh * tcj * o * (one - o)
                 if k > 0:
                     dc_next[rp, j] = dc * f
                     h_prev[r, j] = h[rp, j]
@@ -308,20 +412,49 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
-N_W20, N_W80, N_W1 = 43, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_W20, N_W80, N_W1 = 45, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
 
 
 @njit(cache=True, error_model="numpy")
-def workspace(n):
-    """Work arrays for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
-    return np.empty((N_W20, n, H)), np.empty((N_W80, n, G4)), np.empty((N_W1, n)), np.empty((n, N_IN))
+def workspace(n, dt):
+    """Work arrays of dtype dt for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
+    return (np.empty((N_W20, n, H), dt), np.empty((N_W80, n, G4), dt), np.empty((N_W1, n), dt),
+            np.empty((n, N_IN), dt))
+
+
+def chunk_grad(grad, th):
+    """Where a chunk adds its gradient: grad itself in float64; in float32 a float32 buffer of its own, which
+    `flush_grad` adds into grad (float64) after each chunk, so sums over many chunks do not lose float32 digits."""
+
+
+@overload(chunk_grad)
+def _chunk_grad(grad, th):
+    if th.dtype == grad.dtype:
+        return lambda grad, th: grad
+    return lambda grad, th: np.zeros(len(grad), th.dtype)
+
+
+def flush_grad(grad, buf):
+    """grad += buf and buf = 0, unless buf is grad (float64)."""
+
+
+@overload(flush_grad)
+def _flush_grad(grad, buf):
+    if buf.dtype == grad.dtype:
+        return lambda grad, buf: None
+
+    def flush(grad, buf):
+        for j in range(len(grad)):
+            grad[j] += buf[j]
+            buf[j] = 0.0
+    return flush
 
 
 @njit(cache=True, error_model="numpy")
 def encode(feats, src, model, x):
     """x = the 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt),
     ln(clamp(duration, 100, 60000)) and the one-hot rating (clamped ≥ 1)."""
-    mean0, mean1, std0, std1 = model
+    mean0, mean1, std0, std1 = model[0], model[1], model[2], model[3]
     for r in range(len(src)):
         s = src[r]
         for j in range(N_IN):
@@ -376,8 +509,25 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[33, :n], w20[34, :n], w20[35, :n])
     gv, gb1, gb2, dh_rec, dc_next, h_prev, tmp20 = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n],
                                                     w20[40, :n], w20[41, :n], w20[42, :n])
+    # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
+    ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
+    for q in range(len(cards)):
+        c = cards[rank[q]]
+        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
+            ri[off[t_pos[jt] - 1] + q] = 0
+    rd = np.empty(n, dtype=np.int64)  # read row -> row
+    m = 0
+    for r in range(n):
+        if ri[r] >= 0:
+            ri[r] = m
+            rd[m] = r
+            m += 1
+    (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
+        m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
+        xhf0[:m], f1[:m], v[:m], sgf1[:m])
+    v2r, gv2 = w20[43, :m], w20[44, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
-    rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :n], w1[4, :n], w1[5, :n]
+    rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
     x0 = wx[:n]
     # forward, layer by layer over all rows
     encode(feats, src, model, x0)
@@ -392,19 +542,22 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     layer_norm(v1, ln2, ln2_b, True, u2, xhu2, rsu2)
     lstm_forward(u2, ih2, hh2, bih2, bhh2, off, bs, h2, c2, tc2, g2, tmp80)
     add(v1, h2, v2)
-    layer_norm(v2, mlp_ln1, mlp_ln1, False, m0, xhm0, rsm0)
+    for i in range(m):
+        for j in range(H):
+            v2r[i, j] = v2[rd[i], j]
+    layer_norm(v2r, mlp_ln1, mlp_ln1, False, m0, xhm0, rsm0)
     linear(m0, mlp_w1, mlp_b1, m1)
     silu(m1, m2, sgm1)
     layer_norm(m2, mlp_ln2, mlp_ln2, False, m3, xhm3, rsm3)
     linear(m3, mlp_w2, mlp_b2, m4)
     silu(m4, m5, sgm4)
-    add(v2, m5, v3)
+    add(v2r, m5, v3)
     layer_norm(v3, out_ln, out_ln, False, f0, xhf0, rsf0)
     linear(f0, out_w, out_b, f1)
     silu(f1, v, sgf1)
     # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c)
     if want:
-        for r in range(n):
+        for r in range(m):
             for i in range(H):
                 gv[r, i] = 0.0
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
@@ -424,7 +577,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     for q in range(len(cards)):
         c = cards[rank[q]]
         for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
-            r = off[t_pos[jt] - 1] + q  # the state after the target's history
+            r = ri[off[t_pos[jt] - 1] + q]  # the state after the target's history (its read row)
             t = t_dt[jt]
             zmax = -np.inf
             for k in range(N_CURVES):
@@ -474,7 +627,9 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
                         gv[r, i] += gzw[k] * w_w[k, i] + gzs[k] * s_w[k, i] + gzd[k] * d_w[k, i]
     if not want:
         return loss
-    # reverse pass, layer by layer; the residual stream's gradient is carried in gb2
+    # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
+    # every row from dL/dv2 on)
+    gv, gb1, gb2 = gv[:m], gb1[:m], gb2[:m]
     silu_back(f1, sgf1, gv, gv)
     linear_back(f0, out_w, gv, g_out_w, g_out_b, gb1, True)
     layer_norm_back(xhf0, rsf0, out_ln, gb1, g_out_ln, g_out_ln, False, gb2)  # dL/dv3
@@ -484,17 +639,22 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     silu_back(m1, sgm1, gv, gv)
     linear_back(m0, mlp_w1, gv, g_mlp_w1, g_mlp_b1, gb1, True)
     layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, g_mlp_ln1, g_mlp_ln1, False, gv)
-    add(gb2, gv, gb2)  # dL/dv2
-    lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gb2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
+    add(gb2, gv, gb2)  # dL/dv2 at the read rows
+    gv, gb1 = w20[36, :n], w20[37, :n]
+    for r in range(n):
+        i = ri[r]
+        for j in range(H):
+            gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
+    lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
                   dc_next, h_prev, tmp20)
     layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
-    add(gb2, gv, gb2)  # dL/dv1
-    lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gb2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
+    add(gv2, gv, gv2)  # dL/dv1
+    lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
                   dc_next, h_prev, tmp20)
     layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
-    add(gb2, gv, gb2)  # dL/dv0
-    silu_back(a2, sg2, gb2, gb2)
-    linear_back(n1, pre2_w, gb2, g_pre2_w, g_pre2_b, gb1, True)
+    add(gv2, gv, gv2)  # dL/dv0
+    silu_back(a2, sg2, gv2, gv2)
+    linear_back(n1, pre2_w, gv2, g_pre2_w, g_pre2_b, gb1, True)
     layer_norm_back(xh1, rs1, pre_ln, gb1, g_pre_ln, g_pre_ln, False, gv)
     silu_back(a1, sg1, gv, gv)
     linear_back(x0, pre_w, gv, g_pre_w, g_pre_b, gb1, False)
@@ -523,9 +683,14 @@ def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
             n_max = max(n_max, acc)
             acc = 0
     bounds[0] = 0
-    ws = workspace(n_max)
+    th = np.empty(len(theta), dtype=np.asarray(model[4]).dtype)  # the network's weights in its dtype
+    th[:] = theta
+    ws = workspace(n_max, th.dtype)
     g = grad if want else np.zeros(N_PARAMS)  # unused without `want`: chunk_loss's views need a full vector
+    gc = chunk_grad(g, th)
     loss = 0.0
     for b in range(nb):
-        loss += chunk_loss(model, layout, cards[bounds[b]:bounds[b + 1]], theta, want, g, p_out, ws)
+        loss += chunk_loss(model, layout, cards[bounds[b]:bounds[b + 1]], th, want, gc, p_out, ws)
+        if want:
+            flush_grad(g, gc)
     return loss

@@ -1,0 +1,66 @@
+"""The LSTM's compiled kernels in float32 (the default run's precision, models/lstm.py PRECISION) against the same
+kernels in float64 (which tests/test_lstm_compiled.py holds equal to torch autograd): the float32 exponential, the
+loss, predictions and gradient on a real batch, and a short fine-tune. Pretrained weights, embedded-check user 8."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import lstm, lstm_kernels
+from models.card_net import CardSet, read_weights
+
+
+def flat_net(precision: str) -> lstm.LSTMFlat:
+    net = lstm.LSTMFlat(read_weights("LSTM", "pretrain.py"))
+    net.precision = precision
+    return net
+
+
+def test_exp32_is_float32_accurate():
+    """exp32 against numpy's float64 exp over the clamped range: float32 arithmetic, relative error of a few ulps
+    (float32's ulp is 6e−8 relative); beyond ±EXP_BOUND the bound's value."""
+    x = np.concatenate([np.linspace(-45.0, 45.0, 200001), [-1e4, 0.0, 1e4]]).astype(np.float32)
+    got = np.array([lstm_kernels.exp32(v) for v in x])
+    ref = np.exp(np.clip(x.astype(np.float64), -lstm_kernels.EXP_BOUND, lstm_kernels.EXP_BOUND))
+    np.testing.assert_allclose(got, ref, rtol=4e-7, atol=0)
+
+
+def test_float32_kernel_equals_float64_on_a_real_batch(user8_lstm):
+    """One call of lstm_cards_loss over all of user 8's cards (pretrained weights), float32 against float64: every
+    target's P(recall), the loss and the gradient agree to float32's precision."""
+    data = user8_lstm
+    keep = data.rows["seq_pos"].to_numpy() <= 64
+    out = {}
+    for precision in ("float64", "float32"):
+        net = flat_net(precision)
+        cards = CardSet(net, data, keep)
+        p = np.full(len(cards.t_dt), np.nan)
+        g = np.zeros(lstm_kernels.N_PARAMS)
+        order = np.random.RandomState(1).permutation(cards.n_cards)
+        loss = lstm_kernels.lstm_cards_loss(net.model_consts(), cards.layout(), order, net.theta(), True, g, p)
+        out[precision] = loss, p, g
+    (l64, p64, g64), (l32, p32, g32) = out["float64"], out["float32"]
+    assert len(p64) > 1000 and not np.isnan(p32).any()
+    np.testing.assert_allclose(p32, p64, rtol=0, atol=1e-6)  # measured: 8e−8
+    assert l32 == pytest.approx(l64, rel=1e-6)
+    np.testing.assert_allclose(g32, g64, rtol=0, atol=1e-5 * np.abs(g64).max())  # measured: 1.7e−7
+    assert np.abs(g32 - g64).max() > 0  # really another precision
+
+
+def test_float32_finetune_stays_close_to_float64(user8_lstm):
+    """The whole compiled fine-tune (20 passes, AdamW, the recipe's lr schedule) on 1,200 rows of user 8 in groups
+    of 300 targets, from the pretrained weights and optimizer state: the float32 weights end close to the float64
+    ones, far closer than either is to the start."""
+    train = lstm.equalized_train(user8_lstm.subset(np.arange(1200)))
+    opt = lstm.read_opt_state("pretrain.py")
+    thetas = {}
+    for precision in ("float64", "float32"):
+        net = flat_net(precision)
+        lstm.finetune_compiled(net, train, opt, batch_size=300)
+        thetas[precision] = net.theta()
+    start = flat_net("float64").theta()
+    moved = np.abs(thetas["float64"] - start).max()
+    apart = np.abs(thetas["float32"] - thetas["float64"]).max()
+    assert moved > 0.01
+    assert apart < 1e-5 * moved  # measured: 4e−7 (one float32 rounding of the stored weights)
