@@ -71,17 +71,9 @@ def test_masks_are_the_draws_of_f_dropout():
 
 
 @pytest.mark.skipif(not portable_bernoulli(), reason="torch draws from MKL's stream on this CPU (not emulated)")
-@pytest.mark.parametrize("high_first", [True, False])
-def test_emulated_masks_equal_torchs_draws(high_first, monkeypatch):
+def test_emulated_masks_equal_torchs_draws():
     """torch_rng.BernoulliStream = torch's default generator's bernoulli_ after manual_seed, over several batches
-    of masks in a row (so the stream stays in step), and the draws after them; both of its ways to make the 64-bit
-    draws (numpy's uint64 draws where they are (first word << 32) | second, as on this build; raw words else)."""
-    import models.torch_rng as torch_rng
-
-    if not high_first:
-        monkeypatch.setattr(torch_rng, "_next64_high_first", lambda: False)
-    else:
-        assert torch_rng._next64_high_first()
+    of masks in a row (so the stream stays in step), and the draws after them."""
     stream = BernoulliStream(42)
     torch.manual_seed(42)
     for L, B in [(1, 3), (26, 194), (7, 512), (64, 5)]:
