@@ -178,6 +178,7 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     att = np.empty((2, L, L))  # the encoder's attention exps (unnormalised) and their 1 / Σ
     rinv = np.empty((2, L))
     kh, vh, gkh, gvh = np.empty((2, L)), np.empty((2, L)), np.empty((2, L)), np.empty((2, L))
+    row = np.empty(L)  # one query's scores, then their exps
     oh = np.empty((L, 2))
     ln1 = np.empty((L, 4))
     ln2 = np.empty((L, 4))
@@ -207,36 +208,40 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             for j in range(6):
                 qkv[l, j] = _lin2(th, E_IN, x0, x1, j) + th[E_IN + 12 + j]
         for h in range(2):
-            kr, vr = kh[h], vh[h]  # this head's keys and values, contiguous
+            # (indexed, not sliced: a view of an array per query cost a reference count increment and decrement)
+            kmax, kmin = -np.inf, np.inf
             for m in range(P):
-                kr[m] = qkv[m, 2 + h]
-                vr[m] = qkv[m, 4 + h]
-            kmax, kmin = kr[:P].max(), kr[:P].min()
+                kh[h, m] = qkv[m, 2 + h]
+                vh[h, m] = qkv[m, 4 + h]
+                kmax = max(kmax, kh[h, m])
+                kmin = min(kmin, kh[h, m])
             for l in range(P):
                 # softmax over the keys: the largest score q·k is q·max k or q·min k by q's sign; the exps first
-                # (scalar calls), then the sums in loops the compiler can vectorise
+                # (a vectorised loop), then the sums
                 q = qkv[l, h]
                 mx = q * kmax if q >= 0.0 else q * kmin
-                ar = att[h, l]
                 for m in range(P):
-                    ar[m] = q * kr[m] - mx
-                exp_nonpos(ar, ar, P)
+                    row[m] = q * kh[h, m] - mx
+                exp_nonpos(row, row, P)
                 tot = 0.0
                 o = 0.0
                 if collapse:
                     for m in range(P):
-                        tot += ar[m] * mult[m]
-                        o += ar[m] * mult[m] * vr[m]
+                        tot += row[m] * mult[m]
+                        o += row[m] * mult[m] * vh[h, m]
                 elif train:
-                    mr = ma[b, h, l]
                     for m in range(P):
-                        tot += ar[m]
-                        o += ar[m] * mr[m] * vr[m]
+                        e = row[m]
+                        att[h, l, m] = e
+                        tot += e
+                        o += e * ma[b, h, l, m] * vh[h, m]
                     o *= KEEP_SCALE
                 else:
                     for m in range(P):
-                        tot += ar[m]
-                        o += ar[m] * vr[m]
+                        e = row[m]
+                        att[h, l, m] = e
+                        tot += e
+                        o += e * vh[h, m]
                 inv = 1.0 / tot  # att keeps the exps; the reverse pass scales by inv (saves a pass over L²)
                 rinv[h, l] = inv
                 oh[l, h] = o * inv
@@ -329,7 +334,7 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
         if not want:
             continue
         # ------------------------------------------------------------------ reverse: head
-        gz = dp * DECAY * base ** (DECAY - 1.0) * (-FACTOR * dt[b] / stab)
+        gz = dp * DECAY * (p / base) * (-FACTOR * dt[b] / stab)  # base^(DECAY−1) = p / base: one pow fewer
         grad[FC] += gz * out0
         grad[FC + 1] += gz * out1
         grad[FC + 2] += gz
@@ -429,33 +434,33 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
                 gs1 *= me1[l, b, 1] * KEEP_SCALE
             gx1[l, 0], gx1[l, 1] = _lin2_back(th, E_OUT, grad, oh[l, 0], oh[l, 1], gs0, gs1)  # dL/d(head outputs)
         for h in range(2):
-            kr, vr, gkr, gvr = kh[h], vh[h], gkh[h], gvh[h]
-            gkr[:] = 0.0
-            gvr[:] = 0.0
+            for m in range(L):
+                gkh[h, m] = 0.0
+                gvh[h, m] = 0.0
             for l in range(L):
                 go = gx1[l, h] * rinv[h, l]  # dL/d(head output) / Σ exps: the weights are att · rinv
                 q = qkv[l, h]
                 o = oh[l, h]
-                ar = att[h, l]
                 gqh = 0.0
                 if train:
-                    mr = ma[b, h, l]
                     for m in range(L):
-                        dm = mr[m] * KEEP_SCALE
-                        gvr[m] += go * ar[m] * dm
-                        gs = ar[m] * go * (dm * vr[m] - o)
-                        gqh += gs * kr[m]
-                        gkr[m] += gs * q
+                        a = att[h, l, m]
+                        dm = ma[b, h, l, m] * KEEP_SCALE
+                        gvh[h, m] += go * a * dm
+                        gs = a * go * (dm * vh[h, m] - o)
+                        gqh += gs * kh[h, m]
+                        gkh[h, m] += gs * q
                 else:
                     for m in range(L):
-                        gvr[m] += go * ar[m]
-                        gs = ar[m] * go * (vr[m] - o)
-                        gqh += gs * kr[m]
-                        gkr[m] += gs * q
+                        a = att[h, l, m]
+                        gvh[h, m] += go * a
+                        gs = a * go * (vh[h, m] - o)
+                        gqh += gs * kh[h, m]
+                        gkh[h, m] += gs * q
                 gq[l, h] = gqh
             for m in range(L):
-                gq[m, 2 + h] = gkr[m]
-                gq[m, 4 + h] = gvr[m]
+                gq[m, 2 + h] = gkh[h, m]
+                gq[m, 4 + h] = gvh[h, m]
         for l in range(L):
             x0, x1 = t[l, b], g[l, b]
             for j in range(6):
