@@ -28,11 +28,19 @@ The two trainers:
   passes of training.py, which the kept-final rule makes moot (only the all-NaN "diverged" error depends on them,
   checked when the final weights evaluate NaN). With no padding masks the cost is O(B·L²) per batch; without dropout
   (prediction, the divergence check) a target's padded positions are identical and processed once, so upstream's
-  prediction chunks cost O(n²) per target of history n, not O(L²) of the chunk's longest. The default path imports
-  no torch on AMD CPUs (the module lives in models/transformer_torch.py).
-  Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU before
-  (the written-out torch forward), 10.3 s now (cProfile of that run: the kernel ≈ 5 s, the masks ≈ 1.5 s, start-up
-  and the shared pipeline the rest; a default run of AVG takes 1.3 s).
+  prediction chunks cost O(n²) per target of history n, not O(L²) of the chunk's longest. In training the padded
+  positions differ after the first dropout, but their encoder keys and values do not: they enter the attention as
+  one key of their count (the dropped weights as a count of kept ones) and the padded queries share one row of
+  exps, so the exps cost O(n²) there too and only the masks are read per pair (54% of the training pairs of the
+  36 simulated users are padding). The default path imports no torch on AMD CPUs (the module lives in
+  models/transformer_torch.py); its dropout masks come from torch_rng.BernoulliStream's compiled twister.
+  Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU with
+  the written-out torch forward, 10.3 s once compiled (the kernel ≈ 5 s, the masks ≈ 3.7 s by numpy's generator);
+  then the masks' twister compiled, the exps vectorised and the padded keys entered once: 0.70× of that version's
+  CPU paired run by run (8.75 vs 12.82 s on a machine at load 4–7), 21× upstream's CPU side by side (8.98 vs
+  192.75 s, same minute, every user's size equal; README). What is left: the kernel ≈ 3.8 s (most of it the
+  per-position work of the many short-history batches: ≈ 78% of the training targets have windows under 8), the
+  masks ≈ 1.2 s, prediction and the divergence check ≈ 0.6 s, start-up and the shared pipeline the rest.
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)
