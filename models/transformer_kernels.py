@@ -323,13 +323,10 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             mx = -np.inf
             for m in range(P):
                 mx = max(mx, q * kv[m, h])
-            for m in range(P):
-                row[m] = q * kv[m, h] - mx
-            exp_nonpos(row, row, P)  # vectorised (a math.exp call per key cost ~20 ns)
             tot = 0.0
             o = 0.0
             for m in range(P):
-                e = row[m]
+                e = math.exp(q * kv[m, h] - mx)
                 ca_all[h, m] = e
                 tot += e * mult[m]
                 if train:
