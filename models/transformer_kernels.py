@@ -182,7 +182,6 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     rinv = np.empty((2, L))
     kh, vh, gkh, gvh = np.empty((2, L)), np.empty((2, L)), np.empty((2, L)), np.empty((2, L))
     row = np.empty(L)  # one query's scores, then their exps
-    cnt = np.zeros((2, L))  # per head and query: how many of the padded keys' attention weights dropout kept
     oh = np.empty((L, 2))
     ln1 = np.empty((L, 4))
     ln2 = np.empty((L, 4))
@@ -202,18 +201,10 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
         # same term, as queries they produce the same row. So they are processed once, weighted by their count
         # (O(n²) instead of O(L²) for a history of n in a batch padded to L; upstream's prediction chunks pad every
         # target to the chunk's longest history). With dropout each padded position has its own masks: all kept.
-        # With dropout or gradient (training) the positions differ after the self-attention's output dropout, but
-        # its keys and values do not: the padded positions' are one key and one value, entered once with their
-        # count `pad` (the attention-weight dropout enters as the count of kept weights, cnt), and the padded
-        # queries share one row of exps. So the exps cost O(n²), not O(L²); only the masks are read per pair.
         P = L
-        pad = 0
         if collapse and lengths[b] < L:
             P = lengths[b] + 1
             mult[P - 1] = L - lengths[b]
-        elif not collapse:
-            pad = L - lengths[b]
-        nk = L - pad  # keys (and exp rows) entered one by one; with pad > 0 position nk stands for all padded
         # ------------------------------------------------------------------ encoder
         for l in range(P):
             x0, x1 = t[l, b], g[l, b]
@@ -228,56 +219,33 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
                 kmax = max(kmax, kh[h, m])
                 kmin = min(kmin, kh[h, m])
             for l in range(P):
-                if pad == 0 or l <= nk:
-                    # softmax over the keys: the largest score q·k is q·max k or q·min k by q's sign; the exps
-                    # first (a vectorised loop), then the sums
-                    q = qkv[l, h]
-                    mx = q * kmax if q >= 0.0 else q * kmin
-                    nrow = nk + 1 if pad else P
-                    for m in range(nrow):
-                        row[m] = q * kh[h, m] - mx
-                    exp_nonpos(row, row, nrow)
-                    tot = 0.0
-                    o = 0.0
-                    if collapse:
-                        for m in range(P):
-                            tot += row[m] * mult[m]
-                            o += row[m] * mult[m] * vh[h, m]
-                    elif train:
-                        for m in range(nk):
-                            e = row[m]
-                            att[h, l, m] = e
-                            tot += e
-                            o += e * ma[b, h, l, m] * vh[h, m]
-                    else:
-                        for m in range(nk):
-                            e = row[m]
-                            att[h, l, m] = e
-                            tot += e
-                            o += e * vh[h, m]
-                    if pad:
-                        att[h, l, nk] = row[nk]
-                        tot += pad * row[nk]
-                    inv = 1.0 / tot  # att keeps the exps; the reverse pass scales by inv (saves a pass over L²)
-                else:  # a padded query: the exps of the first padded one (row nk), its own masks
-                    inv = rinv[h, nk]
-                    o = 0.0
-                    if train:
-                        for m in range(nk):
-                            o += att[h, nk, m] * ma[b, h, l, m] * vh[h, m]
-                    else:
-                        for m in range(nk):
-                            o += att[h, nk, m] * vh[h, m]
-                if pad:  # the padded keys: one exp, one value, times how many of them count
-                    kept = pad
-                    if train:
-                        kept = 0
-                        for m in range(nk, L):
-                            kept += ma[b, h, l, m]
-                        cnt[h, l] = kept
-                    o += att[h, min(l, nk), nk] * kept * vh[h, nk]
-                if train:
+                # softmax over the keys: the largest score q·k is q·max k or q·min k by q's sign; the exps first
+                # (a vectorised loop), then the sums
+                q = qkv[l, h]
+                mx = q * kmax if q >= 0.0 else q * kmin
+                for m in range(P):
+                    row[m] = q * kh[h, m] - mx
+                exp_nonpos(row, row, P)
+                tot = 0.0
+                o = 0.0
+                if collapse:
+                    for m in range(P):
+                        tot += row[m] * mult[m]
+                        o += row[m] * mult[m] * vh[h, m]
+                elif train:
+                    for m in range(P):
+                        e = row[m]
+                        att[h, l, m] = e
+                        tot += e
+                        o += e * ma[b, h, l, m] * vh[h, m]
                     o *= KEEP_SCALE
+                else:
+                    for m in range(P):
+                        e = row[m]
+                        att[h, l, m] = e
+                        tot += e
+                        o += e * vh[h, m]
+                inv = 1.0 / tot  # att keeps the exps; the reverse pass scales by inv (saves a pass over L²)
                 rinv[h, l] = inv
                 oh[l, h] = o * inv
         for l in range(P):
@@ -476,30 +444,22 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
                 go = gx1[l, h] * rinv[h, l]  # dL/d(head output) / Σ exps: the weights are att · rinv
                 q = qkv[l, h]
                 o = oh[l, h]
-                r = min(l, nk) if pad else l  # the row of exps (padded queries share the first padded one's)
                 gqh = 0.0
                 if train:
-                    for m in range(nk):
-                        a = att[h, r, m]
+                    for m in range(L):
+                        a = att[h, l, m]
                         dm = ma[b, h, l, m] * KEEP_SCALE
                         gvh[h, m] += go * a * dm
                         gs = a * go * (dm * vh[h, m] - o)
                         gqh += gs * kh[h, m]
                         gkh[h, m] += gs * q
                 else:
-                    for m in range(nk):
-                        a = att[h, r, m]
+                    for m in range(L):
+                        a = att[h, l, m]
                         gvh[h, m] += go * a
                         gs = a * go * (vh[h, m] - o)
                         gqh += gs * kh[h, m]
                         gkh[h, m] += gs * q
-                if pad:  # the padded keys together (their gradients only reach the in-projection's bias: x = 0)
-                    a = att[h, r, nk]
-                    dm = cnt[h, l] * KEEP_SCALE if train else float(pad)
-                    gvh[h, nk] += go * a * dm
-                    gs = a * go * (dm * vh[h, nk] - pad * o)
-                    gqh += gs * kh[h, nk]
-                    gkh[h, nk] += gs * q
                 gq[l, h] = gqh
             for m in range(L):
                 gq[m, 2 + h] = gkh[h, m]
