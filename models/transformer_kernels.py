@@ -8,10 +8,7 @@ and read back by every op, cost far more than the arithmetic. Here one call does
 What it computes, exactly as nn.Transformer(d_model=2, nhead=2, 1 + 1 layers, dim_feedforward=2) does with no
 masks (post-norm layers, ReLU, the encoder's and decoder's final LayerNorms, eps 1e-5), + Linear(2→1), S = exp(·),
 p = (1 + FACTOR·Δt/S)^DECAY, loss = Σ weight·BCE(p, y) with torch's clamps:
-- padded positions are ordinary zero tokens: they attend and are attended to (upstream's no-mask quirk). Their
-  encoder keys and values are all the same (the in-projection of a zero token), so the kernel enters them as one
-  key with their count, the attention-weight dropout as the count of kept weights (in training), or processes the
-  padded positions once (no dropout, no gradient): the same sums, in another order;
+- padded positions are ordinary zero tokens: they attend and are attended to (upstream's no-mask quirk);
 - head h uses component h of q, k, v (head_dim 1, so the 1/√head_dim scale is 1 and a score is q·k);
 - dropout (training only) at all ten sites of the module, in the module's order: encoder self-attention weights
   [B, 2, L, L], after the self-attention [L, B, 2], inside the feed-forward [L, B, 2], after it [L, B, 2]; decoder
@@ -337,7 +334,7 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
         if not want:
             continue
         # ------------------------------------------------------------------ reverse: head
-        gz = dp * DECAY * (p / base) * (-FACTOR * dt[b] / stab)  # base^(DECAY−1) = p / base: one pow fewer
+        gz = dp * DECAY * base ** (DECAY - 1.0) * (-FACTOR * dt[b] / stab)
         grad[FC] += gz * out0
         grad[FC + 1] += gz * out1
         grad[FC + 2] += gz

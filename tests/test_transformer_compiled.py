@@ -128,12 +128,13 @@ def test_kernel_equals_autograd(user8, train_mode):
 
 
 def test_kernel_equals_autograd_on_heavily_padded_histories():
-    """Training mode with most of the window padding (histories of 1, 2, 5 and 12 in a window of 12): the kernel
-    enters the padded keys once with their count of kept attention weights and lets padded queries share one row
-    of exps; forward and gradient still equal autograd of the module with the same masks. The encoder's own
+    """Training mode with most of the window padding (histories of 1, 2, 5 and 12 in a window of 12, where the
+    padded positions' attention weights and their dropout dominate): forward and gradient equal autograd of the
+    module with the same masks. The encoder's own
     gradients are ~1e-29 (a LayerNorm over 2 features outputs ±1 up to eps: nearly flat), far below the global
-    tolerance, so its in-projection block (where the padded keys' terms land) is held to its own scale, 1e-8
-    relative (keeping every attention weight instead of the drawn masks moves it by 1e-5 to 2)."""
+    tolerance, so its in-projection block is held to its own scale, 1e-8 relative (keeping every attention weight
+    instead of the drawn masks moves it by 1e-5 to 2, and a kernel variant that miscounted the padded keys' kept
+    weights failed here)."""
     net = _net(6)
     rng = np.random.default_rng(3)
     n = np.array([1, 2, 5, 12, 1, 12, 3])
