@@ -38,9 +38,9 @@ The two trainers:
   twister.
   Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU with
   the written-out torch forward, 10.3 s once compiled (the kernel ≈ 5 s, the masks ≈ 3.7 s by numpy's generator);
-  then the masks' twister compiled, the exps vectorised and the padded keys entered once: 0.70× of that version's
-  CPU paired run by run (8.75 vs 12.82 s on a machine at load 4–7), 21× upstream's CPU side by side (8.98 vs
-  192.75 s, same minute, every user's size equal; README). What is left: the kernel ≈ 3.8 s (most of it the
+  then the masks' twister compiled and the attention's exps vectorised (results bit-identical): 0.72× of that
+  version's CPU paired run by run (9.08 vs 12.42 s, machine shared), 21× upstream's CPU side by side (8.64 vs
+  180.23 s, same minute, every user's size equal; README). What is left: the kernel ≈ 4 s (most of it the
   per-position work of the many short-history batches: ≈ 78% of the training targets have windows under 8), the
   masks ≈ 1.2 s, prediction and the divergence check ≈ 0.6 s, start-up and the shared pipeline the rest.
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
