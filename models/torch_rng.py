@@ -14,7 +14,9 @@ each from a 64-bit draw (two 32-bit words, the first the high half) whose low 53
 CPUs an MKL build of torch draws instead from MKL's own stream (seeded by one draw of the generator), which is not
 reproduced: `portable_bernoulli()` says whether this CPU is one where the emulation applies (AMD), and callers draw
 with torch elsewhere. Why: the Transformer's compiled trainer needs ~10⁷ dropout-mask elements per user, and
-torch's element-by-element draw (~10 ns each) cost as much as the network itself.
+torch's element-by-element draw (~10 ns each) cost as much as the network itself; the twister here is compiled
+(~2 ns an element). tests/test_torch_rng.py checks it against numpy's MT19937, tests/test_transformer_compiled.py
+against torch.
 """
 
 from __future__ import annotations
@@ -58,33 +60,83 @@ def _swap_pass(r, draws):
 
 class BernoulliStream:
     """torch's default generator after torch.manual_seed(seed), as far as bernoulli_(p) with a scalar p uses it on
-    the portable path (module docstring)."""
+    the portable path (module docstring). The Mersenne Twister runs in numba (`_fill_bernoulli`) on a copy of the
+    state numpy's legacy seeding makes: numpy's own draws cost ~12 ns an element (two raw words or one uint64, a
+    mask and a compare, each a pass over a temporary array), ~4 s of a 36-user Transformer run; the fused loop
+    ~3 ns. Every draw takes two words, so the state's position stays even between calls, as the loop needs."""
 
     def __init__(self, seed: int):
-        self._bits = np.random.MT19937(0)
-        self._bits._legacy_seeding(int(seed) & 0xFFFFFFFF)
-        self._draw = np.random.Generator(self._bits)
+        bits = np.random.MT19937(0)
+        bits._legacy_seeding(int(seed) & 0xFFFFFFFF)
+        state = bits.state["state"]
+        self._key = np.array(state["key"], dtype=np.uint32)
+        self._pos = int(state["pos"])  # 624: the first draw twists
 
     def bernoulli(self, n: int, p: float) -> np.ndarray:
         """torch.empty(n, dtype=torch.uint8).bernoulli_(p).numpy() (reshape for other shapes: memory order)."""
         if not 0.0 <= p < 1.0:
             raise ValueError(f"p = {p}: the emulation covers 0 <= p < 1")
-        if _next64_high_first():  # one full-range uint64 draw per element is torch's 64-bit draw
-            u = self._draw.integers(0, 2**64 - 1, size=int(n), dtype=np.uint64, endpoint=True)
-        else:
-            words = self._bits.random_raw(2 * int(n))
-            u = (words[0::2] << np.uint64(32)) | words[1::2]
-        return ((u & np.uint64(2**53 - 1)) < np.uint64(int(p * 2.0 ** 53))).view(np.uint8)
+        out = np.empty(int(n), dtype=np.uint8)
+        self._pos = _fill_bernoulli(self._key, self._pos, out, np.uint64(int(p * 2.0 ** 53)))
+        return out
 
 
-@lru_cache(maxsize=None)
-def _next64_high_first() -> bool:
-    """Whether numpy's MT19937 builds a 64-bit draw as (first word << 32) | second word, as torch does: numpy's C
-    code writes both calls in one expression, whose evaluation order is the compiler's choice, so this is checked
-    once per process against two raw 32-bit words (the slower raw-word path is used otherwise)."""
-    a, b = np.random.MT19937(7), np.random.MT19937(7)
-    first, second = (int(w) for w in a.random_raw(2))
-    return int(np.random.Generator(b).integers(0, 2**64 - 1, dtype=np.uint64, endpoint=True)) == (first << 32) | second
+_MT_N, _MT_M = 624, 397
+
+
+@njit(cache=True, inline="always")
+def _twist_word(mt, i, j, k):
+    """Word i of the Mersenne Twister's regeneration from words i, j = i + 1 and k = i + 397 (mod 624)."""
+    y = (np.uint64(mt[i]) & np.uint64(0x80000000)) | (np.uint64(mt[j]) & np.uint64(0x7FFFFFFF))
+    mt[i] = np.uint32(np.uint64(mt[k]) ^ (y >> np.uint64(1)) ^ (np.uint64(0x9908B0DF) * (y & np.uint64(1))))
+
+
+@njit(cache=True)
+def _twist(mt):
+    """The regeneration of all 624 words (MT19937's reference recurrence), in its three index ranges so that the
+    first two loops have no wrap-around (and vectorise)."""
+    for i in range(_MT_N - _MT_M):
+        _twist_word(mt, i, i + 1, i + _MT_M)
+    for i in range(_MT_N - _MT_M, _MT_N - 1):
+        _twist_word(mt, i, i + 1, i + _MT_M - _MT_N)
+    _twist_word(mt, _MT_N - 1, 0, _MT_M - 1)
+
+
+@njit(cache=True, inline="always")
+def _temper(w):
+    """MT19937's output tempering of one 32-bit word (held in a uint64)."""
+    y = w ^ (w >> np.uint64(11))
+    y ^= (y << np.uint64(7)) & np.uint64(0x9D2C5680)
+    y ^= (y << np.uint64(15)) & np.uint64(0xEFC60000)
+    return (y ^ (y >> np.uint64(18))) & np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True)
+def _compare_pairs(words, out, threshold):
+    """out[i] = (low 53 bits of (temper(words[2i]) << 32 | temper(words[2i + 1]))) < threshold (a loop of its own,
+    indexed from 0, so that the compiler vectorises it)."""
+    low21 = np.uint64((1 << 21) - 1)
+    for i in range(len(out)):
+        hi = _temper(np.uint64(words[2 * i]))
+        lo = _temper(np.uint64(words[2 * i + 1]))
+        out[i] = np.uint8((((hi & low21) << np.uint64(32)) | lo) < threshold)
+
+
+@njit(cache=True)
+def _fill_bernoulli(mt, pos, out, threshold):
+    """out[i] = 1 if u_i < threshold else 0, u_i the low 53 bits of the i-th 64-bit draw (first word high, as
+    torch builds it) from the state (mt, pos); returns the new pos. pos is even (draws come in pairs), so a
+    draw never straddles a twist."""
+    done, n = 0, len(out)
+    while done < n:
+        if pos >= _MT_N:
+            _twist(mt)
+            pos = 0
+        cnt = min((_MT_N - pos) // 2, n - done)
+        _compare_pairs(mt[pos:pos + 2 * cnt], out[done:done + cnt], threshold)
+        pos += 2 * cnt
+        done += cnt
+    return pos
 
 
 @lru_cache(maxsize=None)

@@ -28,11 +28,21 @@ The two trainers:
   passes of training.py, which the kept-final rule makes moot (only the all-NaN "diverged" error depends on them,
   checked when the final weights evaluate NaN). With no padding masks the cost is O(B·L²) per batch; without dropout
   (prediction, the divergence check) a target's padded positions are identical and processed once, so upstream's
-  prediction chunks cost O(n²) per target of history n, not O(L²) of the chunk's longest. The default path imports
-  no torch on AMD CPUs (the module lives in models/transformer_torch.py).
-  Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU before
-  (the written-out torch forward), 10.3 s now (cProfile of that run: the kernel ≈ 5 s, the masks ≈ 1.5 s, start-up
-  and the shared pipeline the rest; a default run of AVG takes 1.3 s).
+  prediction chunks cost O(n²) per target of history n, not O(L²) of the chunk's longest. (In training the padded
+  keys and values are identical too and could enter once with their count, 54% of the training pairs of the 36
+  simulated users being padding; tried, ~0.6× the kernel time on long windows, but any change of rounding moves
+  this model's AUC: its predictions take few distinct values up to 1e-15 (a LayerNorm over 2 features outputs ±1
+  up to eps), so 1e-15 changes reorder near-ties and moved AUC by up to 1e-3 on sim36 while every other metric
+  stayed equal; kept out so the results stay bit-identical.) The default path imports no torch on AMD CPUs (the
+  module lives in models/transformer_torch.py); its dropout masks come from torch_rng.BernoulliStream's compiled
+  twister.
+  Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU with
+  the written-out torch forward, 10.3 s once compiled (the kernel ≈ 5 s, the masks ≈ 3.7 s by numpy's generator);
+  then the masks' twister compiled and the attention's exps vectorised (results bit-identical): 0.72× of that
+  version's CPU paired run by run (9.08 vs 12.42 s, machine shared), 21× upstream's CPU side by side (8.64 vs
+  180.23 s, same minute, every user's size equal; README). What is left: the kernel ≈ 4 s (most of it the
+  per-position work of the many short-history batches: ≈ 78% of the training targets have windows under 8), the
+  masks ≈ 1.2 s, prediction and the divergence check ≈ 0.6 s, start-up and the shared pipeline the rest.
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)

@@ -132,13 +132,15 @@ _EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept normal
 def exp_nonpos(x, out, n):
     """out[:n] = exp(x[:n]) for x <= 0 (the softmax's shifted scores), written so that the compiler vectorises
     it (a scalar math.exp call per element was most of the forward pass): x = k·ln 2 + r, |r| <= ln2/2, exp(r) by
-    its Taylor polynomial to degree 13 (truncation < 1e−17), times 2^k built in the exponent bits. Within a few
+    its Taylor polynomial to degree 13 (truncation < 1e−17), times 2^k built in the exponent bits (k rounded as
+    a float and converted through int32: a float→int64 conversion has no AVX2 vector form and kept the loop
+    scalar, ~3.4 ns an exp against ~2 now). Within a few
     ulp of math.exp where the result matters (tests/test_transformer_compiled.py; far below the softmax's largest
     term, 1, a reassociated reduction may lose digits of a term that weighs nothing); below −708 the result is
     exp(−708) instead of a subnormal; a NaN stays NaN. x and out may be the same array."""
     for m in range(n):
         v = _EXP_FLOOR if x[m] < _EXP_FLOOR else x[m]
-        k = math.floor(v * _LOG2E + 0.5)  # an integer in [−1022, 0]
+        k = np.floor(v * _LOG2E + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
         r = (v - k * _LN2_HI) - k * _LN2_LO
         p = 1.0 / 6227020800.0
         p = p * r + 1.0 / 479001600.0
@@ -154,7 +156,8 @@ def exp_nonpos(x, out, n):
         p = p * r + 0.5
         p = p * r + 1.0
         p = p * r + 1.0
-        out[m] = p * np.int64((np.int64(k) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
+        # 2^k in the exponent bits; through int32 (AVX2 converts doubles to int32 in vectors, not to int64)
+        out[m] = p * np.int64((np.int64(np.int32(k)) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
 
 
 @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})  # vectorised sums: rounding-level changes only
@@ -175,6 +178,7 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
     att = np.empty((2, L, L))  # the encoder's attention exps (unnormalised) and their 1 / Σ
     rinv = np.empty((2, L))
     kh, vh, gkh, gvh = np.empty((2, L)), np.empty((2, L)), np.empty((2, L)), np.empty((2, L))
+    row = np.empty(L)  # one query's scores, then their exps
     oh = np.empty((L, 2))
     ln1 = np.empty((L, 4))
     ln2 = np.empty((L, 4))
@@ -204,36 +208,40 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
             for j in range(6):
                 qkv[l, j] = _lin2(th, E_IN, x0, x1, j) + th[E_IN + 12 + j]
         for h in range(2):
-            kr, vr = kh[h], vh[h]  # this head's keys and values, contiguous
+            # (indexed, not sliced: a view of an array per query cost a reference count increment and decrement)
+            kmax, kmin = -np.inf, np.inf
             for m in range(P):
-                kr[m] = qkv[m, 2 + h]
-                vr[m] = qkv[m, 4 + h]
-            kmax, kmin = kr[:P].max(), kr[:P].min()
+                kh[h, m] = qkv[m, 2 + h]
+                vh[h, m] = qkv[m, 4 + h]
+                kmax = max(kmax, kh[h, m])
+                kmin = min(kmin, kh[h, m])
             for l in range(P):
                 # softmax over the keys: the largest score q·k is q·max k or q·min k by q's sign; the exps first
-                # (scalar calls), then the sums in loops the compiler can vectorise
+                # (a vectorised loop), then the sums
                 q = qkv[l, h]
                 mx = q * kmax if q >= 0.0 else q * kmin
-                ar = att[h, l]
                 for m in range(P):
-                    ar[m] = q * kr[m] - mx
-                exp_nonpos(ar, ar, P)
+                    row[m] = q * kh[h, m] - mx
+                exp_nonpos(row, row, P)
                 tot = 0.0
                 o = 0.0
                 if collapse:
                     for m in range(P):
-                        tot += ar[m] * mult[m]
-                        o += ar[m] * mult[m] * vr[m]
+                        tot += row[m] * mult[m]
+                        o += row[m] * mult[m] * vh[h, m]
                 elif train:
-                    mr = ma[b, h, l]
                     for m in range(P):
-                        tot += ar[m]
-                        o += ar[m] * mr[m] * vr[m]
+                        e = row[m]
+                        att[h, l, m] = e
+                        tot += e
+                        o += e * ma[b, h, l, m] * vh[h, m]
                     o *= KEEP_SCALE
                 else:
                     for m in range(P):
-                        tot += ar[m]
-                        o += ar[m] * vr[m]
+                        e = row[m]
+                        att[h, l, m] = e
+                        tot += e
+                        o += e * vh[h, m]
                 inv = 1.0 / tot  # att keeps the exps; the reverse pass scales by inv (saves a pass over L²)
                 rinv[h, l] = inv
                 oh[l, h] = o * inv
@@ -426,33 +434,33 @@ def batch_loss(theta, t, g, lengths, dt, y, w, masks, train, grad, p_out):
                 gs1 *= me1[l, b, 1] * KEEP_SCALE
             gx1[l, 0], gx1[l, 1] = _lin2_back(th, E_OUT, grad, oh[l, 0], oh[l, 1], gs0, gs1)  # dL/d(head outputs)
         for h in range(2):
-            kr, vr, gkr, gvr = kh[h], vh[h], gkh[h], gvh[h]
-            gkr[:] = 0.0
-            gvr[:] = 0.0
+            for m in range(L):
+                gkh[h, m] = 0.0
+                gvh[h, m] = 0.0
             for l in range(L):
                 go = gx1[l, h] * rinv[h, l]  # dL/d(head output) / Σ exps: the weights are att · rinv
                 q = qkv[l, h]
                 o = oh[l, h]
-                ar = att[h, l]
                 gqh = 0.0
                 if train:
-                    mr = ma[b, h, l]
                     for m in range(L):
-                        dm = mr[m] * KEEP_SCALE
-                        gvr[m] += go * ar[m] * dm
-                        gs = ar[m] * go * (dm * vr[m] - o)
-                        gqh += gs * kr[m]
-                        gkr[m] += gs * q
+                        a = att[h, l, m]
+                        dm = ma[b, h, l, m] * KEEP_SCALE
+                        gvh[h, m] += go * a * dm
+                        gs = a * go * (dm * vh[h, m] - o)
+                        gqh += gs * kh[h, m]
+                        gkh[h, m] += gs * q
                 else:
                     for m in range(L):
-                        gvr[m] += go * ar[m]
-                        gs = ar[m] * go * (vr[m] - o)
-                        gqh += gs * kr[m]
-                        gkr[m] += gs * q
+                        a = att[h, l, m]
+                        gvh[h, m] += go * a
+                        gs = a * go * (vh[h, m] - o)
+                        gqh += gs * kh[h, m]
+                        gkh[h, m] += gs * q
                 gq[l, h] = gqh
             for m in range(L):
-                gq[m, 2 + h] = gkr[m]
-                gq[m, 4 + h] = gvr[m]
+                gq[m, 2 + h] = gkh[h, m]
+                gq[m, 4 + h] = gvh[h, m]
         for l in range(L):
             x0, x1 = t[l, b], g[l, b]
             for j in range(6):
