@@ -23,7 +23,7 @@ Precision (`model[4]`, a zero of the dtype: numba compiles one version per dtype
 tests/test_lstm_compiled.py holds equal to torch autograd (other.py --precision float64). In float32 the work space,
 the weights (rounded from the optimizer's float64 copy at each call), the BLAS products (sgemm) and the per-element
 arithmetic are float32 (`like` gives every constant the arrays' dtype, since a float64 constant would widen the
-expression; `exp32` is an exponential that vectorises 8 floats wide), so twice the elements per vector instruction
+expression; `exp32` (models/vec_math.py) vectorises 8 wide), so twice the elements per vector instruction
 and half the memory traffic. What stays float64: the heads (per target: softmax, pow, log, three exp, the BCE), the
 loss sum, each chunk's gradient summed into the float64 gradient (so sums over many chunks keep their digits), and
 the optimizer (AdamW state, gradient norm and clipping, the master weights, in card_fit). Measured on a fixed real
@@ -47,11 +47,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
 from models.kernel_math import bce
+from models.vec_math import exp32, exp_bounded
 
 H = 20
 G4 = 4 * H  # gates i, f, g, o
@@ -116,61 +116,6 @@ def views(th):
 
 
 # ----------------------------------------------------------------------------------------------- activations
-
-EXP_BOUND = 40.0  # σ(±40) and tanh(±20) are 0 or 1 to within 5e−18: no larger argument is needed
-INV_FACTORIAL = tuple(1.0 / math.factorial(k) for k in range(15))
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def exp_bounded(x):
-    """e^x for x clamped to ±EXP_BOUND in plain arithmetic, so that the loops over the activations vectorise (libm's
-    exp is one call per element: ~4× slower here, the largest cost of the forward pass): e^(x/64) by its Taylor
-    series to degree 14 (Estrin's scheme), squared 6 times; relative error below 1e−13."""
-    y = min(max(x, -EXP_BOUND), EXP_BOUND) * (1.0 / 64.0)
-    c = INV_FACTORIAL
-    y2 = y * y
-    p = ((((c[14] * y2 + (c[12] + c[13] * y)) * y2 + (c[10] + c[11] * y)) * y2 + (c[8] + c[9] * y)) * y2
-         + (c[6] + c[7] * y)) * y2 + (c[4] + c[5] * y)
-    p = (p * y2 + (c[2] + c[3] * y)) * y2 + (c[0] + c[1] * y)
-    p = p * p
-    p = p * p
-    p = p * p
-    p = p * p
-    p = p * p
-    return p * p
-
-
-LN2_HI = 0.693359375  # ln 2 = LN2_HI + LN2_LO, LN2_HI with 9 significant bits: n·LN2_HI is exact in float32
-LN2_LO = math.log(2.0) - LN2_HI
-LOG2E = 1.0 / math.log(2.0)
-
-
-@intrinsic
-def _f32_from_bits(typingctx, bits):
-    """The float32 whose bit pattern is the int32 `bits` (an LLVM bitcast: vectorises, unlike math.ldexp)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(types.int32), codegen
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def exp32(x):
-    """e^x in float32 for x clamped to ±EXP_BOUND, in plain arithmetic so the loops vectorise 8 floats wide: x =
-    n·ln 2 + r (|r| ≤ ln2/2, Cody–Waite's two-part ln 2), e^r by its Taylor series to degree 7 (truncation below
-    2e−8 relative), times 2^n made from its exponent bits. Error within a few float32 ulps."""
-    f = np.float32
-    x = min(max(x, f(-EXP_BOUND)), f(EXP_BOUND))
-    n = np.floor(x * f(LOG2E) + f(0.5))
-    r = (x - n * f(LN2_HI)) - n * f(LN2_LO)
-    p = f(1.0 / 5040.0) * r + f(1.0 / 720.0)
-    p = p * r + f(1.0 / 120.0)
-    p = p * r + f(1.0 / 24.0)
-    p = p * r + f(1.0 / 6.0)
-    p = p * r + f(0.5)
-    p = p * r + f(1.0)
-    p = p * r + f(1.0)
-    return p * _f32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
-
 
 def exp_act(x):
     """The activations' exponential in x's own precision: exp_bounded (float64) or exp32 (float32)."""

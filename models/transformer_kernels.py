@@ -31,6 +31,7 @@ from numba import njit
 
 from models.gru_p import DECAY, FACTOR
 from models.kernel_math import bce
+from models.vec_math import exp_nonpos
 
 DROPOUT = 0.1
 KEEP_SCALE = 1.0 / (1.0 - DROPOUT)  # F.dropout's scale of a kept value
@@ -120,44 +121,6 @@ def _ln_back(th, o, grad, xh, k, rstd, g0, g1):
     mg = 0.5 * (gh0 + gh1)
     mgh = 0.5 * (gh0 * h0 + gh1 * h1)
     return rstd * (gh0 - mg - h0 * mgh), rstd * (gh1 - mg - h1 * mgh)
-
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k·_LN2_HI is exact for |k| < 2¹¹ (Cody–Waite)
-_LN2_LO = 1.90821492927058770002e-10
-_EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept normal
-
-
-@njit(cache=True, inline="always")
-def exp_nonpos(x, out, n):
-    """out[:n] = exp(x[:n]) for x <= 0 (the softmax's shifted scores), written so that the compiler vectorises
-    it (a scalar math.exp call per element was most of the forward pass): x = k·ln 2 + r, |r| <= ln2/2, exp(r) by
-    its Taylor polynomial to degree 13 (truncation < 1e−17), times 2^k built in the exponent bits (k rounded as
-    a float and converted through int32: a float→int64 conversion has no AVX2 vector form and kept the loop
-    scalar, ~3.4 ns an exp against ~2 now). Within a few
-    ulp of math.exp where the result matters (tests/test_transformer_compiled.py; far below the softmax's largest
-    term, 1, a reassociated reduction may lose digits of a term that weighs nothing); below −708 the result is
-    exp(−708) instead of a subnormal; a NaN stays NaN. x and out may be the same array."""
-    for m in range(n):
-        v = _EXP_FLOOR if x[m] < _EXP_FLOOR else x[m]
-        k = np.floor(v * _LOG2E + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
-        r = (v - k * _LN2_HI) - k * _LN2_LO
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        # 2^k in the exponent bits; through int32 (AVX2 converts doubles to int32 in vectors, not to int64)
-        out[m] = p * np.int64((np.int64(np.int32(k)) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
 
 
 @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})  # vectorised sums: rounding-level changes only

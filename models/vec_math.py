@@ -1,4 +1,14 @@
-"""exp, sigmoid and tanh in plain arithmetic that numba/LLVM vectorises inside a loop (AVX2: 4 doubles a time).
+"""exp, sigmoid and tanh in plain arithmetic that numba/LLVM vectorises inside a loop (AVX2: 4 doubles a time),
+for every compiled kernel that needs them: the GRU family (`exp1`, `sigmoid1`, `tanh1` below), the LSTM
+(`exp_bounded` in float64, `exp32` in float32) and the Transformer's softmax (`exp_nonpos`).
+
+Why several exponentials rather than one: each row's result lines are pinned to the rounding of the one it was
+measured with. They all reduce x = k·ln2 + r and evaluate a polynomial, but in different ways (and within 1 ulp
+of each other, not bit for bit), and a last-bit change is not harmless everywhere: the Transformer's predictions
+take few distinct values, so a 1e−15 change reorders near-ties and moves its AUC by up to 1e−3 (sim36).
+Merging them means re-checking the rows whose kernels switch.
+
+The GRU family's functions:
 
 Why: numba calls the C library's exp and tanh one value at a time (this machine's numba has no SVML vector library),
 about 6 ns and 27 ns per call, and a GRU step needs 2H exp and H tanh: once the GRU's multiply-adds ran several
@@ -22,6 +32,9 @@ How 2^k is built: t = x/ln2 + 1.5·2^52 rounds x/ln2 to the nearest integer k in
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
@@ -126,3 +139,100 @@ def tanh_vec(x, out):
     """out[i] = tanh(x[i]) (as exp_vec: fast only with out apart from x)."""
     for i in range(len(x)):
         out[i] = tanh1(x[i])
+
+
+# ------------------------------------------------------------------ the LSTM's (models/lstm_kernels.py)
+
+EXP_BOUND = 40.0  # σ(±40) and tanh(±20) are 0 or 1 to within 5e−18: no larger argument is needed
+INV_FACTORIAL = tuple(1.0 / math.factorial(k) for k in range(15))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def exp_bounded(x):
+    """e^x for x clamped to ±EXP_BOUND in plain arithmetic, so that the loops over the activations vectorise (libm's
+    exp is one call per element: ~4× slower here, the largest cost of the forward pass): e^(x/64) by its Taylor
+    series to degree 14 (Estrin's scheme), squared 6 times; relative error below 1e−13."""
+    y = min(max(x, -EXP_BOUND), EXP_BOUND) * (1.0 / 64.0)
+    c = INV_FACTORIAL
+    y2 = y * y
+    p = ((((c[14] * y2 + (c[12] + c[13] * y)) * y2 + (c[10] + c[11] * y)) * y2 + (c[8] + c[9] * y)) * y2
+         + (c[6] + c[7] * y)) * y2 + (c[4] + c[5] * y)
+    p = (p * y2 + (c[2] + c[3] * y)) * y2 + (c[0] + c[1] * y)
+    p = p * p
+    p = p * p
+    p = p * p
+    p = p * p
+    p = p * p
+    return p * p
+
+
+LN2_HI = 0.693359375  # ln 2 = LN2_HI + LN2_LO, LN2_HI with 9 significant bits: n·LN2_HI is exact in float32
+LN2_LO = math.log(2.0) - LN2_HI
+LOG2E = 1.0 / math.log(2.0)
+
+
+@intrinsic
+def _f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the int32 `bits` (an LLVM bitcast: vectorises, unlike math.ldexp)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def exp32(x):
+    """e^x in float32 for x clamped to ±EXP_BOUND, in plain arithmetic so the loops vectorise 8 floats wide: x =
+    n·ln 2 + r (|r| ≤ ln2/2, Cody–Waite's two-part ln 2), e^r by its Taylor series to degree 7 (truncation below
+    2e−8 relative), times 2^n made from its exponent bits. Error within a few float32 ulps."""
+    f = np.float32
+    x = min(max(x, f(-EXP_BOUND)), f(EXP_BOUND))
+    n = np.floor(x * f(LOG2E) + f(0.5))
+    r = (x - n * f(LN2_HI)) - n * f(LN2_LO)
+    p = f(1.0 / 5040.0) * r + f(1.0 / 720.0)
+    p = p * r + f(1.0 / 120.0)
+    p = p * r + f(1.0 / 24.0)
+    p = p * r + f(1.0 / 6.0)
+    p = p * r + f(0.5)
+    p = p * r + f(1.0)
+    p = p * r + f(1.0)
+    return p * _f32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+
+
+# --------------------------------------------------------- the Transformer's (models/transformer_kernels.py)
+
+_TF_LOG2E = 1.4426950408889634
+_TF_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k·_TF_LN2_HI is exact for |k| < 2¹¹ (Cody–Waite)
+_TF_LN2_LO = 1.90821492927058770002e-10
+_TF_EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept normal
+
+
+@njit(cache=True, inline="always")
+def exp_nonpos(x, out, n):
+    """out[:n] = exp(x[:n]) for x <= 0 (the softmax's shifted scores), written so that the compiler vectorises
+    it (a scalar math.exp call per element was most of the forward pass): x = k·ln 2 + r, |r| <= ln2/2, exp(r) by
+    its Taylor polynomial to degree 13 (truncation < 1e−17), times 2^k built in the exponent bits (k rounded as
+    a float and converted through int32: a float→int64 conversion has no AVX2 vector form and kept the loop
+    scalar, ~3.4 ns an exp against ~2 now). Within a few
+    ulp of math.exp where the result matters (tests/test_transformer_compiled.py; far below the softmax's largest
+    term, 1, a reassociated reduction may lose digits of a term that weighs nothing); below −708 the result is
+    exp(−708) instead of a subnormal; a NaN stays NaN. x and out may be the same array."""
+    for m in range(n):
+        v = _TF_EXP_FLOOR if x[m] < _TF_EXP_FLOOR else x[m]
+        k = np.floor(v * _TF_LOG2E + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
+        r = (v - k * _TF_LN2_HI) - k * _TF_LN2_LO
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        p = p * r + 1.0
+        # 2^k in the exponent bits; through int32 (AVX2 converts doubles to int32 in vectors, not to int64)
+        out[m] = p * np.int64((np.int64(np.int32(k)) + 1023) << 52).view(np.float64)  # NaN: p is NaN already

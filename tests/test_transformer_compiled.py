@@ -17,7 +17,8 @@ from models.transformer import (Transformer, TransformerFlat, draw_masks, fit_co
                                 mask_shapes, predict_compiled)
 from models.transformer_torch import TransformerNet, predict_windows, transformer_forward
 from models.torch_rng import BernoulliStream, portable_bernoulli
-from models.transformer_kernels import N_PARAMS, PARAMS, exp_nonpos
+from models.transformer_kernels import N_PARAMS, PARAMS
+from models.vec_math import exp_nonpos
 from models.gru_p import DECAY, FACTOR
 
 
