@@ -44,28 +44,11 @@ import math
 import numpy as np
 from numba import njit
 
-from models.kernel_math import bce
+from models.kernel_math import bce, lockstep_plan
 from models.vec_math import sigmoid_vec, tanh_vec
 
 HEAD_SIGMOID_CELL = 0  # GRU-P: one more GRU step with the target's own (delta_t, last rating), p = σ(fc(h))
 HEAD_POWER_CURVE = 1  # GRU: S = exp(fc(h)), p = (1 + factor·t/S)^decay
-
-
-@njit(cache=True)
-def lockstep_plan(lengths):
-    """The time-major layout of sequences sorted by length, longest first: A[k] = how many are still running at
-    step k (a prefix of slots: slot c is the c-th longest sequence) and base[k] = Σ A[:k], the number of (sequence,
-    step) cells before step k. A quantity with W values per cell of step k lives at base[k]·W + w·A[k] + c, so the
-    cells of one step and one w are contiguous over the running sequences."""
-    n_l = lengths[0] if len(lengths) else 0
-    A = np.zeros(n_l, dtype=np.int64)
-    for c in range(len(lengths)):
-        for k in range(lengths[c]):
-            A[k] += 1
-    base = np.zeros(n_l + 1, dtype=np.int64)
-    for k in range(n_l):
-        base[k + 1] = base[k] + A[k]
-    return A, base
 
 
 @njit(cache=True)

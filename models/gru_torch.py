@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 
 import training
-from models.gru_kernels import _gru_backward, _gru_forward, from_lockstep, lockstep_plan, to_lockstep
+from models.gru_kernels import _gru_backward, _gru_forward, from_lockstep, to_lockstep
+from models.kernel_math import lockstep_plan
 from models.gru_p import DECAY, FACTOR, GRUPSpec, GRUSpec  # noqa: F401 (DECAY, FACTOR: re-exported)
 from models.neural_seq import CardBatch, CompiledCardNet
 

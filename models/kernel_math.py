@@ -87,6 +87,23 @@ def l2_prior(w, w_init, inv_var):
 
 
 @njit(cache=True)
+def lockstep_plan(lengths):
+    """The time-major layout of sequences sorted by length, longest first (the GRU family's lockstep kernels, the
+    LSTM's packed chunks): A[k] = how many are still running at step k (a prefix of slots: slot c is the c-th
+    longest sequence) and base[k] = Σ A[:k], the number of (sequence, step) cells before step k. A quantity with W values per cell of step k lives at base[k]·W + w·A[k] + c, so the
+    cells of one step and one w are contiguous over the running sequences."""
+    n_l = lengths[0] if len(lengths) else 0
+    A = np.zeros(n_l, dtype=np.int64)
+    for c in range(len(lengths)):
+        for k in range(lengths[c]):
+            A[k] += 1
+    base = np.zeros(n_l + 1, dtype=np.int64)
+    for k in range(n_l):
+        base[k + 1] = base[k] + A[k]
+    return A, base
+
+
+@njit(cache=True)
 def card_batch_bounds(sizes, batch_size):
     """Cut a sequence of cards (sizes = their target counts, in training order) into batches: a batch closes once
     it holds >= batch_size targets, the last one with whatever is left. Returns the boundaries (len = batches + 1)."""

@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from models.kernel_math import bce
+from models.kernel_math import bce, lockstep_plan
 from models.vec_math import exp32, exp_bounded
 
 H = 20
@@ -430,14 +430,8 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     for q in range(len(cards)):
         steps[q] = c_steps[cards[q]]
     rank = np.argsort(-steps, kind="mergesort")
-    n_k = steps[rank[0]]
-    bs = np.zeros(n_k, dtype=np.int64)
-    for q in range(len(cards)):
-        for k in range(steps[q]):
-            bs[k] += 1
-    off = np.zeros(n_k + 1, dtype=np.int64)
-    for k in range(n_k):
-        off[k + 1] = off[k] + bs[k]
+    bs, off = lockstep_plan(steps[rank])
+    n_k = len(bs)
     n = off[n_k]
     src = np.empty(n, dtype=np.int64)
     for q in range(len(cards)):

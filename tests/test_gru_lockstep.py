@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.gru_kernels import _gru_forward, lockstep_plan
+from models.gru_kernels import _gru_forward
+from models.kernel_math import lockstep_plan
 from models.gru_torch import gru_sequences
 from models.vec_math import exp_vec, sigmoid_vec, tanh_vec
 
