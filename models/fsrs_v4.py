@@ -111,6 +111,19 @@ def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10
 
 
 @njit(cache=True, inline="always")
+def lapse_stability(w, s, d, r, out):
+    """The post-lapse stability w11·D^{−w12}·((S+1)^{w13} − 1)·e^{w14(1−R)} (FSRS v4 and 5 alike, before their
+    caps), keeping D^{−w12}, e^{w14(1−R)} and (S+1)^{w13} in out[X_P], out[X_E], out[X_SP] for the reverse pass."""
+    dpw = d ** (-w[12])
+    sp = (s + 1.0) ** w[13]
+    e14 = math.exp(w[14] * (1.0 - r))
+    out[X_P] = dpw
+    out[X_E] = e14
+    out[X_SP] = sp
+    return w[11] * dpw * (sp - 1.0) * e14
+
+
+@njit(cache=True, inline="always")
 def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
     """One review; besides S and D, keeps R and the powers/exponentials of its branch in out[X_R:] for
     core_step_vjp (which would otherwise compute them again from the same expressions)."""
@@ -127,13 +140,7 @@ def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
         out[X_E] = e10
         ns = s * (1.0 + e8 * (11.0 - d) * pw * (e10 - 1.0) * hard_easy(w, g))
     else:
-        dpw = d ** (-w[12])
-        sp = (s + 1.0) ** w[13]
-        e14 = math.exp(w[14] * (1.0 - r))
-        out[X_P] = dpw
-        out[X_E] = e14
-        out[X_SP] = sp
-        ns = w[11] * dpw * (sp - 1.0) * e14
+        ns = lapse_stability(w, s, d, r, out)
         if cap_lapse and s < ns:
             ns = s
     out[0] = min(max(ns, S_MIN), S_MAX)

@@ -27,8 +27,8 @@ import numpy as np
 from numba import njit
 
 from models.fsrs_init import initialize_s0
-from models.fsrs_v4 import (core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp, hard_easy,
-                             recall_stability_vjp, torch_power_curve)
+from models.fsrs_v4 import (X_E, X_P, X_R, X_SP, core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp,
+                             hard_easy, lapse_stability, recall_stability_vjp, torch_power_curve)
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -58,10 +58,8 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 
 N_STATE = 6  # S, D, then what the step kept for step_vjp (never read by a later step or the curve)
 N_ADJ = 2
-X_R = 2  # R before a long-term review
-X_P = 3  # S^{−w9} (recall) or D^{−w12} (lapse)
-X_E = 4  # e^{w10(1−R)} (recall) or e^{w14(1−R)} (lapse)
-X_SP = 5  # (S+1)^{w13} (lapse)
+# X_R, X_P, X_E, X_SP: FSRS v4's slots (R before a long-term review, then its branch's values), shared with its
+# lapse_stability
 N_W = 19
 # Layout of the precomputed vector wc: wc[:19] = w, then
 C_E3 = 19  # e^{3 w5}
@@ -127,13 +125,7 @@ def step(w, prev, t, g, out):
             out[X_E] = e10
             ns = s * (1.0 + w[C_E8] * (11.0 - d) * pw * (e10 - 1.0) * hard_easy(w, g))
         else:
-            dpw = d ** (-w[12])
-            sp = (s + 1.0) ** w[13]
-            e14 = math.exp(w[14] * (1.0 - r))
-            out[X_P] = dpw
-            out[X_E] = e14
-            out[X_SP] = sp
-            sf = w[11] * dpw * (sp - 1.0) * e14
+            sf = lapse_stability(w, s, d, r, out)
             sm = s / w[C_EM]
             ns = sf if sf < sm else sm
     nd = w[7] * w[C_D04] + (1.0 - w[7]) * (d - w[6] * (g - 3) * (10.0 - d) / 9.0)
