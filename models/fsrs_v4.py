@@ -124,6 +124,22 @@ def lapse_stability(w, s, d, r, out):
 
 
 @njit(cache=True, inline="always")
+def lapse_stability_vjp(w, s, d, r, sf, gf, dr_ds, kept, gprev, gw):
+    """Adjoint of lapse_stability's sf (gf = the gradient reaching sf past the caller's cap and clamp), from the
+    values it kept in `kept`: adds gf·∂sf/∂(S, D) (S also through R, via dr_ds) into gprev and gf·∂sf/∂(w11..w14)
+    into gw."""
+    dpw = kept[X_P]
+    sp = kept[X_SP]
+    e14 = kept[X_E]
+    gprev[0] += gf * (w[11] * dpw * w[13] * sp / (s + 1.0) * e14 - w[14] * sf * dr_ds)
+    gprev[1] -= gf * w[12] * sf / d
+    gw[11] += gf * dpw * (sp - 1.0) * e14
+    gw[12] -= gf * sf * math.log(d)
+    gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
+    gw[14] += gf * sf * (1.0 - r)
+
+
+@njit(cache=True, inline="always")
 def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
     """One review; besides S and D, keeps R and the powers/exponentials of its branch in out[X_R:] for
     core_step_vjp (which would otherwise compute them again from the same expressions)."""
@@ -170,10 +186,7 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
     if g > 1:
         recall_stability_vjp(w, s, d, r, g, gnew[0], dr_ds, gprev, gw, S_MIN, new[X_E8], new[X_P], new[X_E])
     else:
-        dpw = new[X_P]
-        sp = new[X_SP]
-        e14 = new[X_E]
-        sf = w[11] * dpw * (sp - 1.0) * e14
+        sf = w[11] * new[X_P] * (new[X_SP] - 1.0) * new[X_E]
         ns = sf
         cf = 1.0
         if cap_lapse:
@@ -186,12 +199,7 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
             gprev[0] += gs * (1.0 - cf)
             gf = gs * cf
             if gf != 0.0:
-                gprev[0] += gf * (w[11] * dpw * w[13] * sp / (s + 1.0) * e14 - w[14] * sf * dr_ds)
-                gprev[1] += gf * (-w[12] * sf / d)
-                gw[11] += gf * dpw * (sp - 1.0) * e14
-                gw[12] += gf * sf * (-math.log(d))
-                gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
-                gw[14] += gf * sf * (1.0 - r)
+                lapse_stability_vjp(w, s, d, r, sf, gf, dr_ds, new, gprev, gw)
 
 
 @njit(cache=True, inline="always")

@@ -28,7 +28,8 @@ from numba import njit
 
 from models.fsrs_init import initialize_s0
 from models.fsrs_v4 import (X_E, X_P, X_R, X_SP, core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp,
-                             hard_easy, lapse_stability, recall_stability_vjp, torch_power_curve)
+                             hard_easy, lapse_stability, lapse_stability_vjp, recall_stability_vjp,
+                             torch_power_curve)
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -166,10 +167,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     if g > 1:
         recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, S_MIN, w[C_E8], new[X_P], new[X_E])
         return
-    dpw = new[X_P]
-    sp = new[X_SP]
-    e14 = new[X_E]
-    sf = w[11] * dpw * (sp - 1.0) * e14
+    sf = w[11] * new[X_P] * (new[X_SP] - 1.0) * new[X_E]
     em = w[C_EM]
     sm = s / em
     ns = sf if sf < sm else sm
@@ -177,13 +175,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         return
     cf = 1.0 if sf < sm else (0.5 if sf == sm else 0.0)  # torch.minimum splits the gradient on a tie
     if cf > 0.0:
-        gf = gs * cf
-        gprev[0] += gf * (w[11] * dpw * w[13] * sp / (s + 1.0) * e14 - w[14] * sf * dr_ds)
-        gprev[1] -= gf * w[12] * sf / d
-        gw[11] += gf * dpw * (sp - 1.0) * e14
-        gw[12] -= gf * sf * math.log(d)
-        gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
-        gw[14] += gf * sf * (1.0 - r)
+        lapse_stability_vjp(w, s, d, r, sf, gs * cf, dr_ds, new, gprev, gw)
     if cf < 1.0:
         gm = gs * (1.0 - cf)
         gprev[0] += gm / em
