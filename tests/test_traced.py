@@ -84,6 +84,37 @@ def test_generated_plugin_equals_the_autograd_engine(name):
         np.testing.assert_allclose(grad, grad_auto, rtol=0, atol=1e-9 * np.abs(grad_auto).max())
 
 
+@pytest.mark.parametrize("name", ["FSRS-7", "SBD"])
+def test_targets_off_the_next_steps_time_equal_the_autograd_engine(name):
+    """The plug-in's card loop fuses a target with the step that starts from the same state when both read the same
+    elapsed time (step_target): a card's last target and a target whose delta_t is not the next review's go
+    through target_loss_vjp instead. Both kinds mixed within cards give autograd's loss and gradient."""
+    from models.seq_engine import Cards
+
+    mod, default, lower, upper, short, seq, auto = _engines(name)
+    data = check_features(8, short)
+    rows = data.rows.copy()
+    odd = (np.arange(len(rows)) % 3 == 1) & (rows["seq_pos"].to_numpy() >= 1)
+    rows.loc[odd, "delta_t"] = rows.loc[odd, "delta_t"] * 1.5 + 0.25  # no longer the next review's elapsed time
+    data = type(data)(rows, data.seq_delta_t, data.seq_rating)
+    cards = Cards(data)
+    nxt = cards.c_start[np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)] + cards.t_pos
+    last = np.zeros(len(cards.t_pos), dtype=bool)
+    last[cards.c_te - 1] = True
+    inside = ~last & (nxt < len(cards.seq_dt))
+    same = np.zeros(len(cards.t_pos), dtype=bool)
+    same[inside] = cards.t_dt[inside] == cards.seq_dt[nxt[inside]]
+    assert same.sum() > 500 and (inside & ~same).sum() > 500 and last.sum() > 100  # every path taken, often
+    rng = np.random.default_rng(11)
+    weights = rng.uniform(0.5, 1.5, len(data))
+    for w in (np.array(default, float), _random_weights(default, lower, upper, rng)):
+        loss, grad = seq.loss_and_grad(w, data, weights=weights)
+        loss_auto, grad_auto = auto.loss_and_grad(w, data, weights=weights)
+        assert loss == pytest.approx(loss_auto, rel=1e-12)
+        np.testing.assert_allclose(grad, grad_auto, rtol=0, atol=1e-9 * np.abs(grad_auto).max())
+        np.testing.assert_allclose(seq.predict(w, data), auto.predict(w, data), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("name, recipe", [
     ("FSRS-7", None),  # its own RECIPE: betas (0.8, 0.85), lr 2e-2, 8 epochs of 1024, keep last, prior 0.5, clip hook
     ("FSRS-7", "recency"),
@@ -181,6 +212,22 @@ def test_tie_and_boundary_rules_equal_torch_autograd(prev, w):
         return a + b + c + e, d
     for g in (1, 2, 3):
         _vjp_vs_torch(step, w, prev, 0.5, g, [1.0, 0.75])
+
+
+def test_a_clamp_of_a_clamp_with_the_same_bounds_is_one_node():
+    """clamp(clamp(x, lo, hi), lo, hi) with constant bounds is traced as the inner clamp (so that a model that clamps
+    again inside a helper shares the value with its other uses): torch's values and gradients, NaN and bounds too."""
+    def step(w, s, t, g):
+        x, y = s
+        return (x * w[0]).clamp(min=0.0).clamp(min=0.0) + (y.clamp(0.5, 2.0).clamp(0.5, 2.0) * w[1]), \
+            (x * w[1]).clamp(max=1.0).clamp(max=1.0).clamp(min=0.0) + y.clamp(2.0, 0.5).clamp(2.0, 0.5)
+    for prev in ([1.0, 2.0], [-1.0, 0.5], [0.0, 3.0], [float("nan"), 1.0], [2.0, float("nan")]):
+        _vjp_vs_torch(step, [1.5, 0.5], prev, 0.0, 3, [1.0, 0.75])
+    from models.traced import Graph, _clamp
+    g = Graph()
+    x = g.add("in", (), "s0", "f8", 2)
+    once = _clamp(x, 0.0, None)
+    assert _clamp(once, 0.0, None).id == once.id and _clamp(once, 1.0, None).id != once.id
 
 
 def test_pow_with_base_and_exponent_zero_equals_torch():
