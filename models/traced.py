@@ -1228,7 +1228,7 @@ class CompiledOwnEngine:
             return seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad), grad
 
         return lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), float(cards.t_wt.sum()), len(cards.t_pos),
-                         centre, inv_var, mask, self.lower, self.upper, recipe)
+                         centre, inv_var, mask, self.lower, self.upper, recipe, loss_grad=loss_grad)
 
 
 def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast", device=None, label=None):

@@ -5,6 +5,7 @@ and on hand-built graphs at the points where torch's derivative rules have ties 
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 import types
 
@@ -296,6 +297,39 @@ def test_sbd_lbfgs_on_the_compiled_loss_equals_the_autograd_engine():
     assert np.abs(fits[1] - np.array(default)).max() > 0.05  # it trained
     np.testing.assert_allclose(fits[0], fits[1], rtol=0, atol=1e-7)
     assert isinstance(model_class(mod, "SBD")(RunConfig(algo="SBD")).engine, CompiledOwnEngine)
+
+
+@pytest.mark.parametrize("mask", [None, [1, 1, 0, 1, 1, 0, 1]])
+def test_lbfgs_with_a_numpy_gradient_takes_the_autograd_closures_steps_bit_for_bit(mask):
+    """lbfgs_fit(loss_grad=...) forms the objective's gradient without autograd (the compiled engines' path): every
+    evaluation's loss and gradient, hence every L-BFGS step and the result, are those of the autograd closure over
+    NumpyLoss, to the bit; the non-finite rule too (a loss that turns NaN at some evaluations)."""
+    from models.autograd_engine import NumpyLoss, lbfgs_fit
+
+    mod, default, lower, upper, _ = _sbd()
+    data = check_features(8, False).subset(np.arange(1200))
+    seq = CompiledOwnEngine(mod, lower, upper).seq
+    calls = []
+
+    def loss_grad(w):
+        loss, grad = seq.loss_and_grad(w, data)
+        calls.append(w.copy())
+        if len(calls) % 7 == 5:  # now and then a point the line search must back off from
+            loss = math.nan
+        return loss, grad
+
+    recipe = Recipe.from_dict(mod.RECIPE)
+    w0 = np.array(default)
+    inv_var = 1.0 / np.array(mod.SIGMA) ** 2
+    mask = np.ones(len(w0)) if mask is None else np.array(mask, float)
+    runs = []
+    for direct in (False, True):
+        calls.clear()
+        fitted = lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), 1234.5, len(data), w0, inv_var, mask,
+                           lower, upper, recipe, loss_grad=loss_grad if direct else None)
+        runs.append((fitted, np.array(calls)))
+    assert len(runs[0][1]) > 10 and np.abs(runs[0][0] - w0).max() > 0.01
+    assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][0], runs[1][0])
 
 
 def test_recipes_and_trainer_choose_the_engine():
