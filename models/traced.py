@@ -40,7 +40,19 @@ written with a handful of torch ops, so it can be read as an expression graph an
      nonzero number (torch's x^(y−1) otherwise);
    - logaddexp and softplus keep the exp their forward computes (e^{−|x−y|}, e^{βx}) for their derivatives;
    - target_loss_vjp evaluates the curve once per target (the engine's default composes curve and curve_vjp,
-     which evaluates it again).
+     which evaluates it again);
+   - step_target / step_target_vjp: a step and the BCE of the target that reads the step's input state at the
+     step's own elapsed time, one function of the shared graph. A model's curve usually recomputes what its step
+     already computes from the same state and time (FSRS-7's retention, SBD's recall), and hash-consing makes
+     those the same nodes, so such a target costs its clamp and its log, and its adjoint joins the step's reverse
+     pass. The plug-in therefore brings its own card loops (card_loss_grad / card_predict, the engine's generic
+     ones otherwise): a target whose delta_t is the next review's (every target but a card's last, in the usual
+     layout) goes through step_target, any other through target_loss_vjp;
+   - clamp(clamp(x, lo, hi), lo, hi) with constant bounds is recorded as the inner clamp (same value and
+     gradient), so a helper that clamps again does not split a shared value (SBD's step clamps t, then _recall
+     clamps it again; the curve clamps once).
+   Measured on a 45k-review user (loss and gradient per training state, best of 40, machine shared): FSRS-7
+   ~375 → ~280 ns, SBD ~380 → ~260 ns; FSRS-7's forward is now its 20 libm calls per review (9 log, 11 exp).
    Results change by rounding only (tests/test_traced.py's tolerances; FSRS-7's and SBD's result lines on the
    embedded data are unchanged). What remains of the gap to a hand-written kernel is torch.where's semantics:
    both sides of every where are computed and differentiated (so a NaN on the unused side reaches the gradient
