@@ -42,7 +42,11 @@ round instead of a few per fit and point (the search was ~0.6 s of FSRS-7's ~0.7
 
 Training (RECIPE): Adam(lr 2e−2, betas (0.8, 0.85)), cosine annealing per batch, 8 epochs, batches of 1024 targets,
 the L2 prior 0.5·Σ((w − w_init)/σ)² (σ = SIGMA; 9999 for S0, i.e. free) scaled by B/N per batch, the final epoch's
-weights kept. `--recency`: row weights 0.0667 + 0.9333·x^11.25, x = linspace(0, 1, N) over the training rows in time
+weights kept. It runs on the plug-in models/traced.py generates from this file: 8 epochs of one forward and one
+reverse pass per card, each target fused with the step that reads the same state (its retention is that step's),
+and no full-loss pass at the start or the end (keep="last" reads no objective). Where a user's CPU time goes
+(45k-review user, ~0.6 s): training ~70%, the S0 search ~15%, features (the secs and the day pipeline), prediction
+and metrics the rest. `--recency`: row weights 0.0667 + 0.9333·x^11.25, x = linspace(0, 1, N) over the training rows in time
 order (upstream's newest trainer; "FSRS-7 recency"). Upstream's optional scheduling penalties (--sched_penalties)
 are not reproduced (off in the published rows).
 """

@@ -22,6 +22,11 @@ iterations, history 20, tolerances 1e-7 / 1e-9) from the defaults, minimising Σ
 training rows with history <= 64, plus λ·Σ((w − w_default)/σ)² with λ = 1e-3·2000 / N_targets; if the fit ends
 with a higher objective than it started (or a non-finite one), the defaults are kept. Predictions use the weights
 rounded to 4 decimals (upstream's benchmark_state, as for the FSRS models). Upstream float32, here float64.
+Cost: ~25-30 loss/gradient evaluations per fold (strong-Wolfe line searches included), each one compiled pass over
+every training card (models/traced.py's plug-in: the target's recall is the next step's own, so a target costs its
+BCE only); torch's L-BFGS gets the objective's gradient without an autograd graph (autograd_engine.lbfgs_fit's
+loss_grad). On a 45k-review user the compiled passes are ~70% of the user's time, torch's L-BFGS bookkeeping most
+of the rest.
 
 Recency: the original always weights rows by recency, and upstream's published run passes --recency. Upstream's
 script gives --recency its FSRS-7 formula (0.0667 + 0.9333·(i/N)^11.25) only for FSRS-7; every other model,

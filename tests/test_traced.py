@@ -5,6 +5,7 @@ and on hand-built graphs at the points where torch's derivative rules have ties 
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 import types
 
@@ -82,6 +83,37 @@ def test_generated_plugin_equals_the_autograd_engine(name):
         assert loss == pytest.approx(loss_auto, rel=1e-12)
         assert np.abs(grad_auto).max() > 0
         np.testing.assert_allclose(grad, grad_auto, rtol=0, atol=1e-9 * np.abs(grad_auto).max())
+
+
+@pytest.mark.parametrize("name", ["FSRS-7", "SBD"])
+def test_targets_off_the_next_steps_time_equal_the_autograd_engine(name):
+    """The plug-in's card loop fuses a target with the step that starts from the same state when both read the same
+    elapsed time (step_target): a card's last target and a target whose delta_t is not the next review's go
+    through target_loss_vjp instead. Both kinds mixed within cards give autograd's loss and gradient."""
+    from models.seq_engine import Cards
+
+    mod, default, lower, upper, short, seq, auto = _engines(name)
+    data = check_features(8, short)
+    rows = data.rows.copy()
+    odd = (np.arange(len(rows)) % 3 == 1) & (rows["seq_pos"].to_numpy() >= 1)
+    rows.loc[odd, "delta_t"] = rows.loc[odd, "delta_t"] * 1.5 + 0.25  # no longer the next review's elapsed time
+    data = type(data)(rows, data.seq_delta_t, data.seq_rating)
+    cards = Cards(data)
+    nxt = cards.c_start[np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)] + cards.t_pos
+    last = np.zeros(len(cards.t_pos), dtype=bool)
+    last[cards.c_te - 1] = True
+    inside = ~last & (nxt < len(cards.seq_dt))
+    same = np.zeros(len(cards.t_pos), dtype=bool)
+    same[inside] = cards.t_dt[inside] == cards.seq_dt[nxt[inside]]
+    assert same.sum() > 500 and (inside & ~same).sum() > 500 and last.sum() > 100  # every path taken, often
+    rng = np.random.default_rng(11)
+    weights = rng.uniform(0.5, 1.5, len(data))
+    for w in (np.array(default, float), _random_weights(default, lower, upper, rng)):
+        loss, grad = seq.loss_and_grad(w, data, weights=weights)
+        loss_auto, grad_auto = auto.loss_and_grad(w, data, weights=weights)
+        assert loss == pytest.approx(loss_auto, rel=1e-12)
+        np.testing.assert_allclose(grad, grad_auto, rtol=0, atol=1e-9 * np.abs(grad_auto).max())
+        np.testing.assert_allclose(seq.predict(w, data), auto.predict(w, data), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name, recipe", [
@@ -183,6 +215,22 @@ def test_tie_and_boundary_rules_equal_torch_autograd(prev, w):
         _vjp_vs_torch(step, w, prev, 0.5, g, [1.0, 0.75])
 
 
+def test_a_clamp_of_a_clamp_with_the_same_bounds_is_one_node():
+    """clamp(clamp(x, lo, hi), lo, hi) with constant bounds is traced as the inner clamp (so that a model that clamps
+    again inside a helper shares the value with its other uses): torch's values and gradients, NaN and bounds too."""
+    def step(w, s, t, g):
+        x, y = s
+        return (x * w[0]).clamp(min=0.0).clamp(min=0.0) + (y.clamp(0.5, 2.0).clamp(0.5, 2.0) * w[1]), \
+            (x * w[1]).clamp(max=1.0).clamp(max=1.0).clamp(min=0.0) + y.clamp(2.0, 0.5).clamp(2.0, 0.5)
+    for prev in ([1.0, 2.0], [-1.0, 0.5], [0.0, 3.0], [float("nan"), 1.0], [2.0, float("nan")]):
+        _vjp_vs_torch(step, [1.5, 0.5], prev, 0.0, 3, [1.0, 0.75])
+    from models.traced import Graph, _clamp
+    g = Graph()
+    x = g.add("in", (), "s0", "f8", 2)
+    once = _clamp(x, 0.0, None)
+    assert _clamp(once, 0.0, None).id == once.id and _clamp(once, 1.0, None).id != once.id
+
+
 def test_pow_with_base_and_exponent_zero_equals_torch():
     def step(w, s, t, g):
         x, y = s
@@ -249,6 +297,39 @@ def test_sbd_lbfgs_on_the_compiled_loss_equals_the_autograd_engine():
     assert np.abs(fits[1] - np.array(default)).max() > 0.05  # it trained
     np.testing.assert_allclose(fits[0], fits[1], rtol=0, atol=1e-7)
     assert isinstance(model_class(mod, "SBD")(RunConfig(algo="SBD")).engine, CompiledOwnEngine)
+
+
+@pytest.mark.parametrize("mask", [None, [1, 1, 0, 1, 1, 0, 1]])
+def test_lbfgs_with_a_numpy_gradient_takes_the_autograd_closures_steps_bit_for_bit(mask):
+    """lbfgs_fit(loss_grad=...) forms the objective's gradient without autograd (the compiled engines' path): every
+    evaluation's loss and gradient, hence every L-BFGS step and the result, are those of the autograd closure over
+    NumpyLoss, to the bit; the non-finite rule too (a loss that turns NaN at some evaluations)."""
+    from models.autograd_engine import NumpyLoss, lbfgs_fit
+
+    mod, default, lower, upper, _ = _sbd()
+    data = check_features(8, False).subset(np.arange(1200))
+    seq = CompiledOwnEngine(mod, lower, upper).seq
+    calls = []
+
+    def loss_grad(w):
+        loss, grad = seq.loss_and_grad(w, data)
+        calls.append(w.copy())
+        if len(calls) % 7 == 5:  # now and then a point the line search must back off from
+            loss = math.nan
+        return loss, grad
+
+    recipe = Recipe.from_dict(mod.RECIPE)
+    w0 = np.array(default)
+    inv_var = 1.0 / np.array(mod.SIGMA) ** 2
+    mask = np.ones(len(w0)) if mask is None else np.array(mask, float)
+    runs = []
+    for direct in (False, True):
+        calls.clear()
+        fitted = lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), 1234.5, len(data), w0, inv_var, mask,
+                           lower, upper, recipe, loss_grad=loss_grad if direct else None)
+        runs.append((fitted, np.array(calls)))
+    assert len(runs[0][1]) > 10 and np.abs(runs[0][0] - w0).max() > 0.01
+    assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][0], runs[1][0])
 
 
 def test_recipes_and_trainer_choose_the_engine():
