@@ -17,12 +17,27 @@ Engine plug-in (contract: models/seq_model_stub.py, custom-card form): one pass 
 activations m_1..m_{n−1} of the history reviews together with their derivatives with respect to a, c and h
 (forward mode: d_j depends on the parameters through m_j); each target then sums over its history once more with
 its own interval. O(n²) per card of n ≤ 128 reviews, computed once per card and pass.
+
+Where the time goes (big simulated user, 45k reviews, 5 folds): ~75% in training (`adam_fit`), ~11.5M
+(review, earlier review) pairs — 8.9M in the replays of upstream's length batches (each target replays its card
+from the first review, O(history²), as upstream does), 2.6M in the full-objective checks after every epoch —
+each costing an exp and a log (libm, ~55% of the kernel) plus the decay's arithmetic. Keeping the decay terms
+alone does not help because the weights change after every batch and a batch almost never holds two targets of
+one card at the same length; what helps:
+- the decay d_j and its derivatives are computed once per review and pass (`decay`), not once per later review;
+- ln(Δ·86400·h) = ln Δ + ln(86400·h), with ln Δ read from a table for whole-day Δ < 4096 (the benchmark's
+  intervals are whole days): no log call per pair;
+- the engine's "length-shared" batching: a card's targets within one batch (a range of history lengths) replay the
+  card once, up to the longest (−25% pairs on that user).
+Together the kernel is 1.5× faster on that user (0.57 → 0.38 CPU s); results equal to the last printed digit
+(floating-point rounding only: sums in another order, ln Δ + ln(86400·h) instead of ln(Δ·86400·h)).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from models.dash import round4, with_max_seq_len
@@ -30,58 +45,77 @@ from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
 
 SECONDS_PER_DAY = 86400.0
-# scratch columns per review k of the card: τ_k, e^{m_k} (0 for k = 0), ∂m_k/∂a, ∂m_k/∂c, ∂m_k/∂h
+# scratch columns per review k of the card: τ_k, d_k, ∂d_k/∂a, ∂d_k/∂c, ∂d_k/∂h
 N_STATE = 5
+
+
+# ln of whole-day intervals: the benchmark's intervals are whole days, so every τ_k − τ_i below this bound reads
+# its logarithm here instead of calling log (ln(Δ·86400·h) = ln Δ + ln(86400·h)); other values call log.
+N_LOG_DAYS = 4096
+LOG_DAYS = np.log(np.maximum(np.arange(N_LOG_DAYS, dtype=np.float64), 1.0))
 
 
 @njit(cache=True)
 def activation(w, st, k, tau_now):
-    """(m, ∂m/∂a, ∂m/∂c, ∂m/∂h) at time tau_now from the reviews 0..k−1 stored in st."""
-    a = w[0]
-    c = w[1]
+    """(m, ∂m/∂a, ∂m/∂c, ∂m/∂h) at time tau_now from the reviews 0..k−1 stored in st (τ_i, d_i and d_i's
+    derivatives, see `decay`)."""
     h = w[4]
+    day_h = SECONDS_PER_DAY * h
+    log_day_h = math.log(day_h)
+    inv_h = 1.0 / h
     s = 0.0
     sa = 0.0
     sc = 0.0
     sh = 0.0
     for i in range(k):
-        e = st[i, 1]
-        d = c * e + a
-        dd_a = 1.0 + c * e * st[i, 2]
-        dd_c = e + c * e * st[i, 3]
-        dd_h = c * e * st[i, 4]
-        raw = (tau_now - st[i, 0]) * SECONDS_PER_DAY * h
-        if raw >= 1.0:  # max(1, ·): torch's clamp_min passes the gradient at equality too
-            lx = math.log(raw)
-            dlx_h = 1.0 / h
+        dt = tau_now - st[i, 0]
+        idx = int(dt)
+        if idx == dt and 0 <= idx < N_LOG_DAYS:
+            if idx == 0:
+                s += 1.0
+                continue
+            lx = LOG_DAYS[idx] + log_day_h
         else:
-            lx = 0.0
-            dlx_h = 0.0
+            raw = dt * day_h
+            if raw < 1.0:
+                s += 1.0
+                continue
+            lx = math.log(raw)
+        d = st[i, 1]
         term = math.exp(-d * lx)
         s += term
-        sa -= term * lx * dd_a
-        sc -= term * lx * dd_c
-        sh -= term * (lx * dd_h + d * dlx_h)
+        tl = term * lx
+        sa -= tl * st[i, 2]
+        sc -= tl * st[i, 3]
+        sh -= term * (lx * st[i, 4] + d * inv_h)
     if s > 0.0:
         return math.log(s), sa / s, sc / s, sh / s
     return -math.inf, 0.0, 0.0, 0.0  # every term underflowed: e^{m} = 0 from here on, as for the first review
 
 
 @njit(cache=True)
+def decay(w, st, k, m, ma, mc, mh):
+    """Store review k's decay d_k = c·e^{m_k} + a and its derivatives with respect to a, c and h in st[k, 1:5]
+    (m_0 = −∞: d_0 = a). They depend on the weights only, so each is computed once per card pass instead of once
+    per later review that sums over it."""
+    a = w[0]
+    c = w[1]
+    e = math.exp(m)
+    st[k, 1] = c * e + a
+    st[k, 2] = 1.0 + c * e * ma
+    st[k, 3] = e + c * e * mc
+    st[k, 4] = c * e * mh
+
+
+@njit(cache=True)
 def card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, out, with_grad):
     st = buf[0]
     st[0, 0] = seq_dt[start]
-    st[0, 1] = 0.0
-    st[0, 2] = 0.0
-    st[0, 3] = 0.0
-    st[0, 4] = 0.0
+    decay(w, st, 0, -math.inf, 0.0, 0.0, 0.0)
     for k in range(1, n):  # the history reviews' activations at their own presentation
         st[k, 0] = st[k - 1, 0] + seq_dt[start + k]
         m, ma, mc, mh = activation(w, st, k, st[k, 0])
-        st[k, 1] = math.exp(m)
-        st[k, 2] = ma
-        st[k, 3] = mc
-        st[k, 4] = mh
+        decay(w, st, k, m, ma, mc, mh)
     loss = 0.0
     s = w[2]
     tau = w[3]
@@ -126,7 +160,7 @@ class ACTR(SeqModel):
     # From its defaults (Log Loss ≈ 3) five epochs stop far from convergence, so the batches decide the result:
     # the fast trainer replays upstream's length-sorted target batches (user 8 of upstream-check: 0.1264 with card
     # batches vs upstream's 0.1167).
-    engine_batching = "length"
+    engine_batching = "length-shared"
     autograd = False  # no torch step functions: the card kernels are hand-written (--trainer autograd refused)
 
     def __init__(self, cfg=None):
