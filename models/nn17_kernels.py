@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.kernel_math import bce, sigmoid, softplus, softplus_grad
+from models.kernel_math import SOFTPLUS_THRESHOLD, bce, sigmoid
 
 S_MIN = 0.01  # s_min in day mode
 S_MAX = 36500.0
@@ -42,10 +42,11 @@ N_PARAMS = 39
 # and σ(A) (`T_*`, `G_*`: Mish's factor and its derivative's sigmoid, see mish_parts), the softplus of the PLS and
 # best_sinc outputs, and sinc_t's product A·B·C·E and A·C·E (an exp, a pow and an exp). Training kernel on a
 # 45k-review simulated user (5 folds): 0.37 CPU s before, 0.31 keeping the values (bit-identical), 0.19 with
-# mish_parts' one exp per MLP (final weights within 1.2e-14 relative).
+# mish_parts' one exp per MLP, 0.17 with softplus_parts' one exp per softplus (final weights within 2e-12 relative).
 (R_T, A_RW, Z_RW, E_RW, SR_RAW, A_ND, A_PLS, Z_PLS, A_SINC, Z_SINC, SINC_T, SINC_NN, A_BEST, Z_BEST, NS_RAW,
- T_RW, T_ND, T_PLS, T_SINC, T_BEST, SP_PLS, SP_BEST, PROD, ACE, G_RW, G_ND, G_PLS, G_SINC, G_BEST) = range(29)
-N_REC = 29
+ T_RW, T_ND, T_PLS, T_SINC, T_BEST, SP_PLS, SP_BEST, PROD, ACE, G_RW, G_ND, G_PLS, G_SINC, G_BEST,
+ SG_RW, SG_SINC, SG_PLS, SG_BEST) = range(33)
+N_REC = 33
 MISH_TANH_ONE = 20.0  # tanh(softplus(a)) rounds to 1 from here on (torch's softplus threshold too)
 
 
@@ -59,6 +60,17 @@ def mish_parts(a):
     e = math.exp(a)
     n = e * (e + 2.0)
     return n / (n + 2.0), e / (1.0 + e)
+
+
+@njit(cache=True, inline="always")
+def softplus_parts(z):
+    """(softplus(z), its derivative, e^{−softplus(z)}) as torch's Softplus (threshold 20) from one exp: with e = e^z,
+    ln(1 + e), e / (1 + e) and 1 / (1 + e) (kernel_math's softplus, softplus_grad, and exp(−softplus) for the rw
+    output, which took an exp, a log1p and another exp). Equal to those to a few ulp (softplus itself exactly)."""
+    if z > SOFTPLUS_THRESHOLD:
+        return z, 1.0, math.exp(-z)
+    e = math.exp(z)
+    return math.log1p(e), e / (1.0 + e), 1.0 / (1.0 + e)
 
 
 @njit(cache=True, inline="always")
@@ -119,8 +131,8 @@ def step(th, s, d, t, g, lapses, rec, k):
     rec[k, R_T] = rt_raw
     a, tsp, sig, z = mlp(th, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX))
     rec[k, A_RW], rec[k, T_RW], rec[k, G_RW], rec[k, Z_RW] = a, tsp, sig, z
-    e = math.exp(-softplus(z))
-    rec[k, E_RW] = e
+    _, sg, e = softplus_parts(z)
+    rec[k, E_RW], rec[k, SG_RW] = e, sg
     rw = clamp(e, R_MIN, R_MAX)  # ExpActivation's clamp, then step's own (the same box)
     sr_raw = LOG_09 / math.log(rw) * t
     rec[k, SR_RAW] = sr_raw
@@ -135,18 +147,19 @@ def step(th, s, d, t, g, lapses, rec, k):
         sinc_t = 1.0 + prod
         a, tsp, sig, z = mlp(th, SINC, 3, nd, sr, rw)
         rec[k, A_SINC], rec[k, T_SINC], rec[k, G_SINC], rec[k, Z_SINC] = a, tsp, sig, z
-        sinc_nn = 1.0 + softplus(z)
-        rec[k, SINC_T], rec[k, SINC_NN] = sinc_t, sinc_nn
+        sp, sg, _ = softplus_parts(z)
+        sinc_nn = 1.0 + sp
+        rec[k, SINC_T], rec[k, SINC_NN], rec[k, SG_SINC] = sinc_t, sinc_nn, sg
         a, tsp, sig, z = mlp(th, BEST_SINC, 2, sinc_t, sinc_nn, 0.0)
         rec[k, A_BEST], rec[k, T_BEST], rec[k, G_BEST], rec[k, Z_BEST] = a, tsp, sig, z
-        sp = softplus(z)
-        rec[k, SP_BEST] = sp
+        sp, sg, _ = softplus_parts(z)
+        rec[k, SP_BEST], rec[k, SG_BEST] = sp, sg
         ns_raw = sr * (1.0 + sp)
     else:
         a, tsp, sig, z = mlp(th, PLS, 2, rw, lapses, 0.0)
         rec[k, A_PLS], rec[k, T_PLS], rec[k, G_PLS], rec[k, Z_PLS] = a, tsp, sig, z
-        sp = softplus(z)
-        rec[k, SP_PLS] = sp
+        sp, sg, _ = softplus_parts(z)
+        rec[k, SP_PLS], rec[k, SG_PLS] = sp, sg
         ns_raw = clamp(sp, S_MIN, S_MAX)
     rec[k, NS_RAW] = ns_raw
     return clamp(ns_raw, S_MIN, S_MAX), nd
@@ -161,12 +174,11 @@ def step_back(th, gr, s, d, t, g, lapses, nd, rec, k, g_ns, g_nd):
     g_rw = 0.0
     g_sr = 0.0
     if g > 1:  # S' = S_r·best, best = 1 + softplus(best_sinc(sinc_t, sinc_nn))
-        z = rec[k, Z_BEST]
         g_sr += g_ns * (1.0 + rec[k, SP_BEST])
         g_st, g_snn, _ = mlp_back(th, gr, BEST_SINC, 2, rec[k, SINC_T], rec[k, SINC_NN], 0.0, rec[k, A_BEST],
-                                  rec[k, T_BEST], rec[k, G_BEST], g_ns * sr * softplus_grad(z))
+                                  rec[k, T_BEST], rec[k, G_BEST], g_ns * sr * rec[k, SG_BEST])
         dnd, dsr, drw = mlp_back(th, gr, SINC, 3, nd, sr, rw, rec[k, A_SINC], rec[k, T_SINC], rec[k, G_SINC],
-                                 g_snn * softplus_grad(rec[k, Z_SINC]))
+                                 g_snn * rec[k, SG_SINC])
         g_nd += dnd
         g_sr += dsr
         g_rw += drw
@@ -178,10 +190,9 @@ def step_back(th, gr, s, d, t, g, lapses, nd, rec, k, g_ns, g_nd):
         g_sr -= g_st * prod * th[SINC_W + 1] / sr
         g_rw -= g_st * prod * th[SINC_W + 2]
     else:  # S' = PLS = clamp(softplus(pls(r_w, lapses)))
-        z = rec[k, Z_PLS]
         g_pls = g_ns if inside(rec[k, SP_PLS], S_MIN, S_MAX) else 0.0
         drw, _, _ = mlp_back(th, gr, PLS, 2, rw, lapses, 0.0, rec[k, A_PLS], rec[k, T_PLS], rec[k, G_PLS],
-                             g_pls * softplus_grad(z))
+                             g_pls * rec[k, SG_PLS])
         g_rw += drw
     # D' = σ(next_d(d, r_w, G))
     g_d, drw, _ = mlp_back(th, gr, NEXT_D, 3, d, rw, g, rec[k, A_ND], rec[k, T_ND], rec[k, G_ND],
@@ -196,7 +207,7 @@ def step_back(th, gr, s, d, t, g, lapses, nd, rec, k, g_ns, g_nd):
     g_e = g_rw if inside(e, R_MIN, R_MAX) else 0.0
     rt_raw = rec[k, R_T]
     dd, g_s, drt = mlp_back(th, gr, RW, 3, d, s, clamp(rt_raw, R_MIN, R_MAX), rec[k, A_RW], rec[k, T_RW], rec[k, G_RW],
-                            -g_e * e * softplus_grad(rec[k, Z_RW]))
+                            -g_e * e * rec[k, SG_RW])
     g_d += dd
     if inside(rt_raw, R_MIN, R_MAX):
         g_s -= drt * rt_raw * LOG_09 * t / (s * s)
@@ -234,14 +245,14 @@ def nn17_cards_loss(model, layout, cards, theta, want, grad, p_out):
             s, d, t = S[k], D[k], t_dt[j]
             r = 0.9 ** (t / s)
             a, tsp, sig, z = mlp(theta, RW, 3, d, s, r)
-            e = math.exp(-softplus(z))
+            _, sg, e = softplus_parts(z)
             p = clamp(e, R_MIN, R_MAX)
             p_out[j] = p
             lo, gp = bce(p, t_y[j], t_w[j])
             loss += lo
             if want:
                 g_e = gp if inside(e, R_MIN, R_MAX) else 0.0
-                dd, ds, dr = mlp_back(theta, grad, RW, 3, d, s, r, a, tsp, sig, -g_e * e * softplus_grad(z))
+                dd, ds, dr = mlp_back(theta, grad, RW, 3, d, s, r, a, tsp, sig, -g_e * e * sg)
                 gS[k] += ds - dr * r * LOG_09 * t / (s * s)
                 gD[k] += dd
         if want:
