@@ -29,7 +29,9 @@ are that long and a batch spans several lengths). What helps:
 - ln(Δ·86400·h) = ln Δ + ln(86400·h), with ln Δ read from a table for whole-day Δ < 4096 (the benchmark's
   intervals are whole days): no log call per pair;
 - the engine's "length-shared" batching: a card's targets within one batch (a range of history lengths) replay the
-  card once, up to the longest (−25% pairs on that user).
+  card once, up to the longest (−25% pairs on that user);
+- predictions and the full-objective checks run a forward pass without the derivative sums (`card_predict`):
+  ~10% of the kernel, bit-identical.
 Together the kernel is 1.5× faster on that user (0.57 → 0.38 CPU s), the whole user 1.4× (0.73 → 0.52 CPU s,
 median of 4 runs paired with the previous version); users of a few thousand reviews, where the shared pipeline
 costs more than training, gain nothing. Results equal to the last printed digit (floating-point rounding only:
@@ -59,6 +61,22 @@ N_LOG_DAYS = 4096
 LOG_DAYS = np.log(np.maximum(np.arange(N_LOG_DAYS, dtype=np.float64), 1.0))
 
 
+@njit(cache=True, inline="always")
+def log_interval(dt, day_h, log_day_h):
+    """(ln max(1, Δ·86400·h), whether max takes the interval: torch's clamp_min passes the gradient at equality
+    too) for Δ = dt days; day_h = 86400·h, log_day_h = its log. Whole days below N_LOG_DAYS read ln Δ from LOG_DAYS
+    (Δ = 0 is clamped); anything else calls log."""
+    idx = int(dt)
+    if idx == dt and 0 <= idx < N_LOG_DAYS:
+        if idx == 0:
+            return 0.0, False
+        return LOG_DAYS[idx] + log_day_h, True
+    raw = dt * day_h
+    if raw >= 1.0:
+        return math.log(raw), True
+    return 0.0, False
+
+
 @njit(cache=True)
 def activation(w, st, k, tau_now):
     """(m, ∂m/∂a, ∂m/∂c, ∂m/∂h) at time tau_now from the reviews 0..k−1 stored in st (τ_i, d_i and d_i's
@@ -72,19 +90,10 @@ def activation(w, st, k, tau_now):
     sc = 0.0
     sh = 0.0
     for i in range(k):
-        dt = tau_now - st[i, 0]
-        idx = int(dt)
-        if idx == dt and 0 <= idx < N_LOG_DAYS:
-            if idx == 0:
-                s += 1.0
-                continue
-            lx = LOG_DAYS[idx] + log_day_h
-        else:
-            raw = dt * day_h
-            if raw < 1.0:
-                s += 1.0
-                continue
-            lx = math.log(raw)
+        lx, on = log_interval(tau_now - st[i, 0], day_h, log_day_h)
+        if not on:  # 1^{−d} = 1, and no gradient
+            s += 1.0
+            continue
         d = st[i, 1]
         term = math.exp(-d * lx)
         s += term
@@ -95,6 +104,18 @@ def activation(w, st, k, tau_now):
     if s > 0.0:
         return math.log(s), sa / s, sc / s, sh / s
     return -math.inf, 0.0, 0.0, 0.0  # every term underflowed: e^{m} = 0 from here on, as for the first review
+
+
+@njit(cache=True)
+def activation_value(w, st, k, tau_now):
+    """m alone (no derivatives), as `activation` computes it: for predictions and the full-objective checks."""
+    day_h = SECONDS_PER_DAY * w[4]
+    log_day_h = math.log(day_h)
+    s = 0.0
+    for i in range(k):
+        lx, on = log_interval(tau_now - st[i, 0], day_h, log_day_h)
+        s += math.exp(-st[i, 1] * lx) if on else 1.0
+    return math.log(s) if s > 0.0 else -math.inf
 
 
 @njit(cache=True)
@@ -112,7 +133,7 @@ def decay(w, st, k, m, ma, mc, mh):
 
 
 @njit(cache=True)
-def card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, out, with_grad):
+def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
     st = buf[0]
     st[0, 0] = seq_dt[start]
     decay(w, st, 0, -math.inf, 0.0, 0.0, 0.0)
@@ -128,29 +149,32 @@ def card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, ou
         m, ma, mc, mh = activation(w, st, k, st[k - 1, 0] + t_dt[j])
         q = (tau - m) / s
         p = sigmoid(-q)
-        if with_grad:
-            lo, gp = bce(p, t_y[j], t_wt[j])
-            loss += lo
-            gq = -gp * p * (1.0 - p)
-            gw[3] += gq / s
-            gw[2] -= gq * q / s
-            gm = -gq / s
-            gw[0] += gm * ma
-            gw[1] += gm * mc
-            gw[4] += gm * mh
-        else:
-            out[j] = p
+        lo, gp = bce(p, t_y[j], t_wt[j])
+        loss += lo
+        gq = -gp * p * (1.0 - p)
+        gw[3] += gq / s
+        gw[2] -= gq * q / s
+        gm = -gq / s
+        gw[0] += gm * ma
+        gw[1] += gm * mc
+        gw[4] += gm * mh
     return loss
 
 
 @njit(cache=True)
-def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
-    return card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, gw, True)
-
-
-@njit(cache=True)
 def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    card(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_dt, t_dt, tb, te, buf, out, out, False)
+    """The forward pass alone (predictions, and the engine's full-objective checks through its card_loss): no
+    derivative sums, ~1/4 of the training kernel's pairs on the 45k-review user."""
+    st = buf[0]
+    st[0, 0] = seq_dt[start]
+    st[0, 1] = w[0]  # d_0 = a
+    for k in range(1, n):
+        st[k, 0] = st[k - 1, 0] + seq_dt[start + k]
+        st[k, 1] = w[1] * math.exp(activation_value(w, st, k, st[k, 0])) + w[0]
+    for j in range(tb, te):
+        k = t_pos[j]
+        m = activation_value(w, st, k, st[k - 1, 0] + t_dt[j])
+        out[j] = sigmoid(-((w[3] - m) / w[2]))
 
 
 # ------------------------------------------------------------------------------------------ the model
