@@ -42,7 +42,8 @@ N_PARAMS = 39
 # and σ(A) (`T_*`, `G_*`: Mish's factor and its derivative's sigmoid, see mish_parts), the softplus of the PLS and
 # best_sinc outputs, and sinc_t's product A·B·C·E and A·C·E (an exp, a pow and an exp). Training kernel on a
 # 45k-review simulated user (5 folds): 0.37 CPU s before, 0.31 keeping the values (bit-identical), 0.19 with
-# mish_parts' one exp per MLP, 0.17 with softplus_parts' one exp per softplus (final weights within 2e-12 relative).
+# mish_parts' one exp per MLP, 0.17 with softplus_parts' one exp per softplus (final weights within 2e-12 relative),
+# ~0.15 with a target reading its rw values from the card's next step (nn17_cards_loss; bit-identical).
 (R_T, A_RW, Z_RW, E_RW, SR_RAW, A_ND, A_PLS, Z_PLS, A_SINC, Z_SINC, SINC_T, SINC_NN, A_BEST, Z_BEST, NS_RAW,
  T_RW, T_ND, T_PLS, T_SINC, T_BEST, SP_PLS, SP_BEST, PROD, ACE, G_RW, G_ND, G_PLS, G_SINC, G_BEST,
  SG_RW, SG_SINC, SG_PLS, SG_BEST) = range(33)
@@ -243,9 +244,15 @@ def nn17_cards_loss(model, layout, cards, theta, want, grad, p_out):
         for j in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
             k = t_pos[j] - 1  # the state after the target's history
             s, d, t = S[k], D[k], t_dt[j]
-            r = 0.9 ** (t / s)
-            a, tsp, sig, z = mlp(theta, RW, 3, d, s, r)
-            _, sg, e = softplus_parts(z)
+            if k + 1 < n and t == feats[x0 + k + 1, 0] and inside(rec[k + 1, R_T], R_MIN, R_MAX):
+                # the card's next step ran the same rw MLP on the same (D, S, R) (its R clamped, but inside the
+                # box): the same numbers, read from its record
+                r, a, tsp, sig = rec[k + 1, R_T], rec[k + 1, A_RW], rec[k + 1, T_RW], rec[k + 1, G_RW]
+                e, sg = rec[k + 1, E_RW], rec[k + 1, SG_RW]
+            else:
+                r = 0.9 ** (t / s)
+                a, tsp, sig, z = mlp(theta, RW, 3, d, s, r)
+                _, sg, e = softplus_parts(z)
             p = clamp(e, R_MIN, R_MAX)
             p_out[j] = p
             lo, gp = bce(p, t_y[j], t_w[j])
