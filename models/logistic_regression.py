@@ -243,7 +243,8 @@ def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, 
                 q += 1
             for q in range(nb):
                 i = perms[e, lo + q]
-                r = (1.0 / (1.0 + math.exp(-zb[q])) - y[i]) * weight[i]  # e^−z = inf for z < −709: σ = 0, as torch's
+                # e^−z = inf for z < −709: σ = 0, as torch's
+                r = (1.0 / (1.0 + math.exp(-zb[q])) - y[i]) * weight[i]
                 for j in range(k):
                     grad[j] += r * xb[q, j]
             for j in range(k):
