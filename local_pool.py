@@ -57,8 +57,10 @@ def _death_message(reasons: list[str]) -> str:
 def init_worker(threads: int) -> None:
     """Each worker uses `threads` threads in every native pool (torch, OpenBLAS, OpenMP). Pools created before a
     fork keep the parent's size, so they are capped here: otherwise two workers on two cores run 4 threads and
-    each user takes twice as long."""
+    each user takes twice as long. RAYON_NUM_THREADS: the Rust libraries' pool (fsrs-rs-python links rayon; its
+    benchmark() ran on the calling thread in our measurements, so this only guards a pool made later)."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
     from threadpoolctl import threadpool_limits
 
     if "torch" in sys.modules:  # a torch imported later reads OMP_NUM_THREADS; models without torch skip its ~1.5 s

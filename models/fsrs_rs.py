@@ -23,6 +23,12 @@ What upstream's row does, and what this module reproduces (srs-benchmark `model_
 - Inadequate training data (no item with exactly one long-term review, or any failure inside `benchmark()`, which
   panics rather than raising) → `InadequateData`, and the runner falls back to the default weights, as upstream
   falls back to `FSRS6.init_w`.
+
+Where the time goes (45k-review simulated user, 5 folds, CPU): the library's `benchmark()` ≈ 0.4 s — its own
+optimiser, untouched — and on our side building its items (0.2 s before, 0.08 s now: `training_items`), the
+shared pipeline (features, split, metrics) and the FSRS-6 prediction. `benchmark()` runs on the calling thread
+(no rayon pool was started in our measurements; workers cap RAYON_NUM_THREADS at 1 all the same:
+local_pool.init_worker), so its CPU time is the process's and counted as such.
 """
 
 from __future__ import annotations
@@ -69,20 +75,24 @@ def _review_arrays(data: ReviewData) -> tuple[np.ndarray, np.ndarray]:
 def training_items(data: ReviewData) -> list:
     """The `FSRSItem`s upstream passes to `benchmark()` for these training rows, in time order.
 
-    Each card's `FSRSReview` objects are created once (up to its longest target) and every item of the card takes a
-    prefix slice of that list."""
+    Why it is built this way: one Python call per item is the floor (the library takes a list of FSRSItems, each
+    made from a list of FSRSReviews), so everything else stays in numpy. An FSRSReview is a plain (rating,
+    delta_t) value that FSRSItem copies, so one object per distinct pair serves every review with that pair
+    (a few thousand objects instead of one per review); each item's list is a slice of the object array of the
+    sequence positions, taken in C (`tolist`). 3-4× faster than one FSRSReview per card review (big simulated
+    user, 45k reviews: 0.33 → 0.09 s over its 5 folds)."""
     rs = _fsrs_rs()
     order, starts, ends = _item_bounds(data)
     if len(order) == 0:
         return []
     dt, g = _review_arrays(data)
-    longest: dict[int, int] = {}
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        if e > longest.get(s, 0):
-            longest[s] = e
+    g_min, base = int(g.min()), int(g.max() - g.min()) + 1
+    keys, inverse = np.unique(dt * base + (g - g_min), return_inverse=True)
     FSRSReview, FSRSItem = rs.FSRSReview, rs.FSRSItem
-    reviews = {s: [FSRSReview(r, t) for r, t in zip(g[s:e].tolist(), dt[s:e].tolist())] for s, e in longest.items()}
-    return [FSRSItem(reviews[s][:e - s]) for s, e in zip(starts[order].tolist(), ends[order].tolist())]
+    distinct = np.empty(len(keys), dtype=object)
+    distinct[:] = [FSRSReview(k % base + g_min, k // base) for k in keys.tolist()]
+    reviews = distinct[inverse.reshape(-1)].tolist()
+    return [FSRSItem(reviews[s:e]) for s, e in zip(starts[order].tolist(), ends[order].tolist())]
 
 
 def _has_first_long_term_item(data: ReviewData) -> bool:

@@ -200,6 +200,29 @@ def training_cards(train: ReviewData, weights, max_seq_len: int, keep: np.ndarra
     return Cards(train, weights, use)
 
 
+def share_card_prefixes(targets: np.ndarray, chunk: np.ndarray, cards: "Cards") -> tuple[np.ndarray, np.ndarray]:
+    """Work items for upstream's length batches with each card's targets within one batch merged into one item
+    (card, first target, end, states needed), so that a model which replays a target's whole history (ACT-R:
+    O(history²) per target) replays the card once per batch, up to the longest of them. The weights are the same
+    within a batch, so the loss and gradient are too, only summed per card instead of in upstream's target order
+    (floating-point rounding). A card's targets within one batch are consecutive in `Cards` (one target per history
+    length, sorted by length, and a batch is a range of lengths), so an item is a contiguous target range; a break
+    in one would just start another item.
+
+    targets: the targets in upstream's order; chunk: the batch of each (non-decreasing). Returns the items, batch
+    by batch (targets ascending within each), and each batch's first item (len = batches + 1)."""
+    order = np.argsort(chunk * len(cards.t_pos) + targets, kind="stable")
+    t_s, b_s = targets[order], chunk[order]
+    card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
+    new = np.ones(len(t_s), dtype=bool)
+    new[1:] = (b_s[1:] != b_s[:-1]) | (t_s[1:] != t_s[:-1] + 1) | (card_of[t_s[1:]] != card_of[t_s[:-1]])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(t_s)) - 1
+    items = np.stack([card_of[t_s[first]], t_s[first], t_s[last] + 1, cards.t_pos[t_s[last]]], axis=1)
+    n_chunks = int(chunk[-1]) + 1 if len(chunk) else 0
+    return items.astype(np.int64), np.searchsorted(b_s[first], np.arange(n_chunks + 1)).astype(np.int64)
+
+
 class SeqEngine:
     """Prediction, loss/gradient and training of one model on `ReviewData`, through its compiled kernels."""
 
@@ -264,6 +287,8 @@ class SeqEngine:
         batching "cards" (default): mini-batches of whole cards, one forward and one reverse pass per card.
         batching "length": upstream's length-sorted target batches and batch order (sort_kind as training.py);
         for models whose 5 epochs are far from convergence, so that where training stops depends on the batches.
+        batching "length-shared": the same batches, each card's targets within one batch as one work item (one
+        replay of the card up to its longest target there; see share_card_prefixes).
         keep_last: the weights training ends with (no best-checkpoint rule). weights: explicit row weights over
         `train` (instead of cfg.recency's). prior_scale multiplies the prior's 1/σ² (a model's PRIOR_WEIGHT)."""
         n_epoch = int(getattr(cfg, "n_epoch", 5))
@@ -282,8 +307,9 @@ class SeqEngine:
             return w0
         if batching == "cards":
             items, orders, bounds, n_batches = self._card_batches(cards, n_epoch, batch_size, seed)
-        elif batching == "length":
-            items, orders, bounds, n_batches = self._length_batches(cards, n_epoch, batch_size, sort_kind)
+        elif batching in ("length", "length-shared"):
+            items, orders, bounds, n_batches = self._length_batches(cards, n_epoch, batch_size, sort_kind,
+                                                                    share=batching == "length-shared")
         else:
             raise ValueError(f"unknown batching {batching!r}")
         best_w, _ = self.k.adam_fit(w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(),
@@ -304,23 +330,27 @@ class SeqEngine:
             bounds[e, :len(c)] = c
         return items, orders, bounds, np.array([len(c) - 1 for c in cuts], dtype=np.int64)
 
-    def _length_batches(self, cards: Cards, n_epoch: int, batch_size: int, sort_kind: str):
+    def _length_batches(self, cards: Cards, n_epoch: int, batch_size: int, sort_kind: str, share: bool = False):
         """Upstream's batches: targets (in time order) sorted by history length, cut every batch_size, the batch
         order drawn by torch.randperm on one generator seeded 2023 (training.py's order; models/torch_rng.py draws it
         without torch). Each target is replayed
-        from its card's first review: upstream's cost (Σ history lengths per epoch), still compiled."""
+        from its card's first review: upstream's cost (Σ history lengths per epoch), still compiled.
+        share: one item per card within each batch instead of one per target (share_card_prefixes)."""
         by_time = np.argsort(cards.t_row, kind="stable")  # Cards is grouped by card; upstream sees time order
         targets = by_time[np.argsort(cards.t_pos[by_time], kind=sort_kind)]
-        card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
-        items = np.stack([card_of[targets], targets, targets + 1, cards.t_pos[targets]], axis=1).astype(np.int64)
-        starts = np.arange(0, len(targets), batch_size)
-        n_b = len(starts)
+        n_b = (len(targets) + batch_size - 1) // batch_size
+        if share:
+            items, first = share_card_prefixes(targets, np.arange(len(targets)) // batch_size, cards)
+        else:
+            card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
+            items = np.stack([card_of[targets], targets, targets + 1, cards.t_pos[targets]], axis=1).astype(np.int64)
+            first = np.minimum(np.arange(n_b + 1) * batch_size, len(targets))
         generator = TorchGenerator(SHUFFLE_SEED)
-        orders = np.empty((n_epoch, len(targets)), dtype=np.int64)
+        orders = np.empty((n_epoch, len(items)), dtype=np.int64)
         bounds = np.zeros((n_epoch, n_b + 1), dtype=np.int64)
         for e in range(n_epoch):
             perm = generator.randperm(n_b)
-            chunks = [np.arange(starts[k], min(starts[k] + batch_size, len(targets))) for k in perm]
+            chunks = [np.arange(first[k], first[k + 1]) for k in perm]
             orders[e] = np.concatenate(chunks)
             bounds[e, 1:] = np.cumsum([len(c) for c in chunks])
         return items, orders, bounds, np.full(n_epoch, n_b, dtype=np.int64)

@@ -52,7 +52,8 @@ class SeqModel(Model):
     # upstream-style trainer reproduces them to the 6th decimal (tests/test_fsrs_v123.py).
     batch_sort: str = "quicksort"
     # Mini-batches of the fast trainer: "cards" (one pass per card) or "length" (upstream's target batches, for
-    # models whose 5 epochs stop far from convergence, where the batches decide where training ends).
+    # models whose 5 epochs stop far from convergence, where the batches decide where training ends), or
+    # "length-shared" (the same batches, a card's targets within one batch replayed together: seq_engine).
     engine_batching: str = "cards"
     # the kernels module carries torch_init/torch_step/torch_curve, so `--trainer autograd` can run it
     autograd: bool = True
@@ -113,7 +114,7 @@ class SeqModel(Model):
         if getattr(self.cfg, "trainer", "fast") in ("fast", "autograd"):
             w = self.engine.fit(w_init, train, self.cfg, w_init=w_init, sigma=self.sigma, grad_mask=mask, keep=keep,
                                 lr=self.lr, batching=self.engine_batching, sort_kind=self.batch_sort,
-                                check_every_epoch=self.engine_batching == "length")  # upstream's checkpoints too
+                                check_every_epoch=self.engine_batching.startswith("length"))  # as upstream
         else:
             import training
 

@@ -4,6 +4,7 @@ fallback to defaults, and the `--rust` flag."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -200,3 +201,20 @@ def test_runner_writes_fsrs_rs_lines(tmp_path):
     for o in lines:
         assert len(o["parameters"]["0"]) == 21
         assert 0.05 < o["metrics"]["LogLoss"] < 0.2
+
+
+def test_workers_cap_the_rust_thread_pool(monkeypatch):
+    """fsrs-rs-python links rayon, whose pool would take every core in each worker: workers set its size."""
+    import sys
+
+    import threadpoolctl
+
+    import local_pool
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", lambda n: None)  # no lasting effect on this process
+    if "torch" in sys.modules:
+        monkeypatch.setattr(sys.modules["torch"], "set_num_threads", lambda n: None)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    local_pool.init_worker(1)
+    assert os.environ["RAYON_NUM_THREADS"] == "1" and os.environ["OMP_NUM_THREADS"] == "1"

@@ -204,3 +204,33 @@ def test_compiled_fit_equals_torch_adam_loop(user8):
     assert sum(clipped) > 0
     np.testing.assert_allclose(net.theta(), ref.theta(), rtol=0, atol=1e-8)
     assert not np.array_equal(net.theta(), start().theta())
+
+
+def test_mish_parts_equal_tanh_softplus_and_sigmoid():
+    """One exp for Mish's factor and its derivative's sigmoid, against libm's tanh(log1p(exp(a))) and 1/(1 + e^−a),
+    over the range an MLP meets (past the softplus threshold 20 and far below zero too)."""
+    import math
+
+    from models.nn17_kernels import mish_parts
+
+    for a in np.r_[np.linspace(-40.0, 40.0, 4001), [-800.0, -1e-300, 0.0, 19.999, 20.0, 20.001, 700.0]]:
+        tsp, sig = mish_parts(float(a))
+        ref_t = 1.0 if a > 20.0 else math.tanh(math.log1p(math.exp(a)))
+        ref_s = 1.0 / (1.0 + math.exp(-a)) if a > -700 else 0.0
+        assert tsp == pytest.approx(ref_t, rel=1e-14, abs=1e-300)
+        assert sig == pytest.approx(ref_s, rel=1e-14, abs=1e-300)
+
+
+def test_softplus_parts_equal_libm():
+    """softplus, its derivative and e^{−softplus} from one exp, against torch's formulas through libm."""
+    import math
+
+    from models.nn17_kernels import softplus_parts
+
+    for z in np.r_[np.linspace(-40.0, 40.0, 4001), [-800.0, 0.0, 19.999, 20.0, 20.001, 700.0]]:
+        sp, sg, e = softplus_parts(float(z))
+        ref_sp = z if z > 20.0 else math.log1p(math.exp(z))
+        ref_sg = 1.0 if z > 20.0 else (1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0)
+        assert sp == pytest.approx(ref_sp, rel=1e-15, abs=1e-300)
+        assert sg == pytest.approx(ref_sg, rel=1e-14, abs=1e-300)
+        assert e == pytest.approx(math.exp(-ref_sp), rel=1e-14, abs=1e-300)

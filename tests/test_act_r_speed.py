@@ -1,0 +1,73 @@
+"""ACT-R's faster training (models/act_r.py, seq_engine.share_card_prefixes): upstream's length batches with a
+card's targets in one batch replayed together cover exactly the same targets and give the same fit as one replay
+per target; the whole-day logarithm table agrees with torch's log on intervals that miss it (fractions of a day,
+intervals past the table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from check_users import engine_vs_torch
+from config import RunConfig
+from models.act_r import ACTR, N_LOG_DAYS
+from models.base import ReviewData
+from models.history_torch import ACTRNet
+from models.seq_engine import Cards, SeqEngine, training_cards
+
+
+def test_shared_items_cover_the_same_targets_per_batch(user8):
+    engine = SeqEngine("models.act_r", ACTR.lower, ACTR.upper)
+    cards = training_cards(user8, None, 63, None)
+    items, orders, bounds, n_batches = engine._length_batches(cards, 3, 64, "quicksort")
+    assert (items[:, 2] == items[:, 1] + 1).all()  # one item per target
+    m_items, m_orders, m_bounds, m_n = engine._length_batches(cards, 3, 64, "quicksort", share=True)
+    assert (m_n == n_batches).all() and len(m_items) < len(items)
+    card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
+    for e in range(orders.shape[0]):
+        for b in range(n_batches[e]):
+            before = sorted(items[orders[e, bounds[e, b]:bounds[e, b + 1]], 1])
+            after = []
+            for it in m_orders[e, m_bounds[e, b]:m_bounds[e, b + 1]]:
+                c, tb, te, n = m_items[it]
+                assert (card_of[tb:te] == c).all()  # one card per item
+                assert n == cards.t_pos[te - 1] == cards.t_pos[tb:te].max()  # replayed up to its longest target
+                after.extend(range(tb, te))
+            assert after == before  # the same targets, each once, in the same batch
+
+
+def test_shared_fit_equals_one_replay_per_target(user8):
+    """The same batches, so the same Adam steps: only the order of each batch's gradient sum differs."""
+    train = user8.subset(np.arange(3000))
+    model = ACTR(RunConfig(algo="ACT-R"))
+    cfg = RunConfig(algo="ACT-R", max_seq_len=63)
+    fits = [model.engine.fit(model.default_w, train, cfg, batching=b, sort_kind="quicksort", check_every_epoch=True)
+            for b in ("length", "length-shared")]
+    assert not np.allclose(fits[0], model.default_w)
+    np.testing.assert_allclose(fits[1], fits[0], rtol=1e-10, atol=1e-12)
+
+
+def fractional_cards() -> ReviewData:
+    """Three cards: whole days, fractions of a day (same-day and sub-second gaps too), and gaps past the table."""
+    seqs = [[0.0, 1.0, 3.0, 0.0, 7.0, 30.0], [0.0, 0.25, 1.5, 1e-6, 2.75, 0.5], [0.0, N_LOG_DAYS + 3.0, 2.0, 9000.5]]
+    seq_dt, starts, pos = [], [], []
+    for s in seqs:
+        starts += [len(seq_dt)] * (len(s) - 1)
+        pos += list(range(1, len(s)))
+        seq_dt += s
+    seq_dt, starts, pos = np.array(seq_dt), np.array(starts), np.array(pos)
+    rows = pd.DataFrame({"card_id": np.searchsorted(np.unique(starts), starts), "delta_t": seq_dt[starts + pos],
+                         "y": np.arange(len(pos)) % 2, "i": pos + 1, "seq_start": starts, "seq_pos": pos})
+    return ReviewData(rows, seq_dt, np.full(len(seq_dt), 3, dtype=np.int8))
+
+
+def test_fractional_and_long_intervals_equal_torch():
+    data = fractional_cards()
+    model = ACTR(RunConfig(algo="ACT-R"))
+    for w in (np.array(model.default_w), np.array([0.3, 0.6, 0.2, -0.5, 0.9])):
+        c = engine_vs_torch(model, ACTRNet(w, ACTR.lower, ACTR.upper, dtype=torch.float64), w, data,
+                            np.linspace(0.5, 1.5, len(data)))
+        np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-9, atol=1e-12 * np.abs(c.grad).max())
+    assert len(Cards(data).t_pos) == len(data)
