@@ -21,7 +21,7 @@ import metrics
 import models
 from config import RunConfig
 from data_loader import DataError, load_partitions, load_revlogs
-from features import FeatureConfig, NotEnoughData, build_features, history_strings
+from features import FEATURE_COLUMNS, FeatureConfig, NotEnoughData, build_features, history_strings
 from models.base import InadequateData, ReviewData
 from split import equalized_folds, time_series_folds
 
@@ -73,7 +73,7 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
     """The user's folds, or the outcome (skipped / error) that ends the user here."""
     start = time.perf_counter()
     try:
-        revlogs = load_revlogs(root, user_id)
+        revlogs = load_revlogs(root, user_id, FEATURE_COLUMNS)
         part = load_partitions(root, user_id, cfg.partitions, revlogs["card_id"])
         n_bad = int((~revlogs["rating"].isin([1, 2, 3, 4])).sum())
         warning = f"dropped {n_bad} review(s) with a rating outside 1-4" if n_bad else None
