@@ -139,17 +139,18 @@ def _compiled_lowess():
 LOWESS_KERNEL_MIN = 2000
 
 
-def ici(y: np.ndarray, p: np.ndarray) -> float:
+def ici(y: np.ndarray, p: np.ndarray, order: np.ndarray | None = None) -> float:
     """Integrated calibration index: mean |lowess(y ~ p) − p| (statsmodels lowess, one pass, 1% delta), as
     statsmodels' lowess(y, p, it=0, delta, return_sorted=False) computes it: x sorted by np.argsort, the compiled
-    loop (or its numba twin for large users, lowess.py), the fit put back in the input's order."""
+    loop (or its numba twin for large users, lowess.py), the fit put back in the input's order. `order`: np.argsort(p)
+    when the caller has it (tied scores must stay in that order: the lowess sums run in it)."""
     y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     if not np.isfinite(p).all() or not np.isfinite(y).all():
         return float("nan")  # statsmodels drops such rows and returns NaN for them: the mean is NaN
     if p.max() == p.min():
         return float("nan")  # lowess is undefined for a constant predictor
-    order = np.argsort(p)
+    order = np.argsort(p) if order is None else order
     x = np.ascontiguousarray(p[order])
     y_sorted = np.ascontiguousarray(y[order])
     delta = 0.01 * (p.max() - p.min())
@@ -165,15 +166,16 @@ def ici(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.mean(np.abs(smoothed - p)))
 
 
-def auc(y: np.ndarray, p: np.ndarray) -> float | None:
+def auc(y: np.ndarray, p: np.ndarray, order: np.ndarray | None = None) -> float | None:
     """sklearn's roc_auc_score, or None when it is undefined (a test set with a single class). As roc_curve builds
     it: scores in decreasing order, one ROC point per distinct score (tied scores move together, so a tied
-    (positive, negative) pair counts 1/2), collinear points dropped, trapezoid area."""
+    (positive, negative) pair counts 1/2), collinear points dropped, trapezoid area. Only the ends of the runs of
+    tied scores are read, so any ascending sort of p does: `order`, when given, is the ICI's np.argsort(p)."""
     y = np.asarray(y)
     p = np.asarray(p, dtype=np.float64)
     if len(np.unique(y)) != 2 or not np.isfinite(p).all():  # sklearn: a warning and NaN / a ValueError
         return None
-    order = np.argsort(p, kind="stable")[::-1]
+    order = (np.argsort(p) if order is None else order)[::-1]
     p, positive = p[order], (y[order] == 1).astype(np.float64)
     last_of_tie = np.r_[np.nonzero(np.diff(p))[0], len(p) - 1]
     tps = np.cumsum(positive)[last_of_tie]
@@ -197,13 +199,14 @@ def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame) -> dict:
     p = np.asarray(p, dtype=np.float64)
     predicted = p >= 0.9
     hits = int((predicted & (y == 1)).sum())
+    order = np.argsort(p)  # one sort for the AUC and the ICI
     out = {
         "RMSE": float(np.sqrt(np.mean((p - y) ** 2))),
         "LogLoss": log_loss(y, p),
         "RMSE(bins)": rmse_bins(y, p, rows["elapsed_days"].to_numpy(), rows["i"].to_numpy(),
                                 rows["rmse_bins_lapse"].to_numpy()),
-        "AUC": auc(y, p),
-        "ICI": ici(y, p),
+        "AUC": auc(y, p, order),
+        "ICI": ici(y, p, order),
         "precision@90": _ratio(hits, int(predicted.sum())),
         "recall@90": _ratio(hits, int((y == 1).sum())),
         "MBE": float(np.mean(p - y)),
