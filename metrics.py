@@ -193,8 +193,12 @@ def _ratio(num: int, den: int) -> float:
     return num / den if den else 0.0
 
 
-def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame) -> dict:
-    """All metrics of one user; `rows` supplies elapsed_days, i and rmse_bins_lapse of the test rows."""
+ROW_COLUMNS = ("y", "elapsed_days", "i", "rmse_bins_lapse")  # what evaluate reads of the test rows
+
+
+def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame | dict) -> dict:
+    """All metrics of one user; `rows` (a frame, or a dict of arrays) supplies elapsed_days, i and rmse_bins_lapse
+    of the test rows."""
     y = np.asarray(y, dtype=np.int64)
     p = np.asarray(p, dtype=np.float64)
     predicted = p >= 0.9
@@ -203,8 +207,8 @@ def evaluate(y: np.ndarray, p: np.ndarray, rows: pd.DataFrame) -> dict:
     out = {
         "RMSE": float(np.sqrt(np.mean((p - y) ** 2))),
         "LogLoss": log_loss(y, p),
-        "RMSE(bins)": rmse_bins(y, p, rows["elapsed_days"].to_numpy(), rows["i"].to_numpy(),
-                                rows["rmse_bins_lapse"].to_numpy()),
+        "RMSE(bins)": rmse_bins(y, p, np.asarray(rows["elapsed_days"]), np.asarray(rows["i"]),
+                                np.asarray(rows["rmse_bins_lapse"])),
         "AUC": auc(y, p, order),
         "ICI": ici(y, p, order),
         "precision@90": _ratio(hits, int(predicted.sum())),

@@ -169,9 +169,10 @@ def finish_user(prep: PreparedUser, cfg: RunConfig, p_parts: list[np.ndarray], r
     """Metrics and the result record from the test predictions of every fold (and the raw/--file extras).
     `seconds`: the user's time when it was not measured from prep.start (users trained together share it)."""
     p = np.concatenate(p_parts)
-    rows = pd.concat(row_parts, ignore_index=True)
-    record = {"metrics": metrics.evaluate(rows["y"].to_numpy(), p, rows), "user": int(prep.user),
-              "size": int(len(rows))}
+    # the four columns the metrics read, not the whole frame (pd.concat of every column was ~2 ms per 20k rows)
+    cols = {c: np.concatenate([r[c].to_numpy() for r in row_parts]) for c in metrics.ROW_COLUMNS}
+    record = {"metrics": metrics.evaluate(cols["y"], p, cols), "user": int(prep.user),
+              "size": int(len(cols["y"]))}
     if last_params:
         record["parameters"] = {str(k): [round(float(x), 6) for x in v] for k, v in last_params.items()}
     seconds = time.perf_counter() - prep.start if seconds is None else seconds
@@ -179,6 +180,8 @@ def finish_user(prep: PreparedUser, cfg: RunConfig, p_parts: list[np.ndarray], r
     if prep.warning:
         record["warning"] = prep.warning
     outcome = UserOutcome(prep.user, record=record)
+    if cfg.raw or cfg.file:
+        rows = pd.concat(row_parts, ignore_index=True)
     if cfg.raw:
         outcome.raw = {"user": int(prep.user), "p": [round(float(x), 4) for x in p],
                        "y": [int(x) for x in rows["y"]]}
