@@ -22,7 +22,7 @@ import models
 from config import RunConfig
 from data_loader import DataError, load_partitions, load_revlogs
 from features import FEATURE_COLUMNS, FeatureConfig, NotEnoughData, build_features, history_strings
-from models.base import InadequateData, ReviewData
+from models.base import InadequateData, ReviewData, column
 from split import equalized_folds, time_series_folds
 
 
@@ -102,7 +102,7 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
 def partitions(data: ReviewData) -> list[tuple[int, np.ndarray | None]]:
     """(partition, row mask) in order of first appearance (pd.unique's order); mask None when every row is in it,
     the usual case (no --partitions), which then costs no subset at all."""
-    part = data.rows["partition"].to_numpy()
+    part = column(data.rows, "partition")
     if len(part) == 0:
         return []
     if (part == part[0]).all():
@@ -124,7 +124,7 @@ class PartitionLayout:
     the pipeline's extra cost on the -deck/-preset rows)."""
 
     def __init__(self, data: ReviewData):
-        part = data.rows["partition"].to_numpy()
+        part = column(data.rows, "partition")
         order = np.argsort(part, kind="stable")
         self.sorted = data.subset(order)
         values, starts = np.unique(part[order], return_index=True)
@@ -170,7 +170,7 @@ def finish_user(prep: PreparedUser, cfg: RunConfig, p_parts: list[np.ndarray], r
     `seconds`: the user's time when it was not measured from prep.start (users trained together share it)."""
     p = np.concatenate(p_parts)
     # the four columns the metrics read, not the whole frame (pd.concat of every column was ~2 ms per 20k rows)
-    cols = {c: np.concatenate([r[c].to_numpy() for r in row_parts]) for c in metrics.ROW_COLUMNS}
+    cols = {c: np.concatenate([column(r, c) for r in row_parts]) for c in metrics.ROW_COLUMNS}
     record = {"metrics": metrics.evaluate(cols["y"], p, cols), "user": int(prep.user),
               "size": int(len(cols["y"]))}
     if last_params:
@@ -201,7 +201,7 @@ def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
         return prep
     try:
         p_parts, row_parts, last_params = [], [], {}
-        part = prep.data.rows["partition"].to_numpy()
+        part = column(prep.data.rows, "partition")
         layout = PartitionLayout(prep.data) if len(part) and (part != part[0]).any() else None
         for (tr, te), (train, test) in zip(prep.folds, prep.splits()):
             cut = {}
