@@ -33,3 +33,22 @@ def test_layout_split_equals_the_rows_of_each_partition_in_first_appearance_orde
                 assert sub.rows.index.equals(pd.RangeIndex(len(sub)))
             if len(seen) == 1:
                 assert got[0][1] is whole  # one partition: the fold's own rows, no copy
+
+
+def test_column_is_the_frames_column_read_only():
+    """models.base.column equals rows[name].to_numpy(dtype) on whole frames and on slices, and cannot be written
+    through (it is the frame's own memory)."""
+    import pytest
+
+    from models.base import column
+
+    rows = pd.DataFrame({"a": np.arange(10), "b": np.linspace(0, 1, 10), "c": np.arange(10) * 3})
+    for frame in (rows, rows.iloc[3:8], _data(np.arange(10) % 3).subset(np.arange(2, 9)).rows):
+        for name in frame.columns:
+            for dtype in (None, np.float64, np.int64):
+                got = column(frame, name, dtype)
+                want = frame[name].to_numpy(dtype)
+                assert got.dtype == want.dtype and np.array_equal(got, want)
+    with pytest.raises(ValueError):
+        column(rows, "a")[0] = 5
+    assert rows["a"].iat[0] == 0
