@@ -134,9 +134,16 @@ def _compiled_lowess():
     return sys.modules[name].lowess
 
 
-# From this many predictions on, the ICI's lowess runs in lowess.py's numba kernel (bit-identical, ~3.8× faster:
-# 18 → 4.7 ms on 20.7k predictions); below it statsmodels' own loop, so that small runs do not import numba (~0.3 s).
+# The ICI's lowess runs in lowess.py's numba kernel (bit-identical, ~3.8× faster: 18 → 4.7 ms on 20.7k
+# predictions) from LOWESS_KERNEL_MIN predictions on when numba is already loaded (the compiled models), and from
+# LOWESS_KERNEL_MIN_COLD on otherwise: numba's import and first call cost ~1.5 s per process, more than a cheap
+# model's (AVG, 90%) whole run on a small set, and such near-constant predictions make statsmodels' loop cheap.
 LOWESS_KERNEL_MIN = 2000
+LOWESS_KERNEL_MIN_COLD = 50_000
+
+
+def _use_kernel(n: int) -> bool:
+    return n >= (LOWESS_KERNEL_MIN if "numba" in sys.modules else LOWESS_KERNEL_MIN_COLD)
 
 
 def ici(y: np.ndarray, p: np.ndarray, order: np.ndarray | None = None) -> float:
@@ -154,7 +161,7 @@ def ici(y: np.ndarray, p: np.ndarray, order: np.ndarray | None = None) -> float:
     x = np.ascontiguousarray(p[order])
     y_sorted = np.ascontiguousarray(y[order])
     delta = 0.01 * (p.max() - p.min())
-    if len(p) >= LOWESS_KERNEL_MIN:
+    if _use_kernel(len(p)):
         from lowess import lowess_sorted
 
         fit = lowess_sorted(y_sorted, x, 2.0 / 3.0, delta)
