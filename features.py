@@ -183,7 +183,7 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     idx, i = idx[by_time], i[by_time]
     src = order[idx]
     # The per-card columns are gathered in one np.take of a stacked (column, review) array: one pass of the random
-    # card → time reordering instead of one per column (2.3 → 0.9 ms for 25k targets).
+    # card → time reordering instead of one per column (2.3 → 0.9 ms for 25k targets measured alone).
     per_card = np.take(np.vstack([c, r, first_rating, last_rating, lapses_before, e, seq_start, pos]), idx, axis=1)
     rows = pd.DataFrame({
         "card_id": per_card[0],
