@@ -111,7 +111,9 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
 
     # 1. Stable sort by (card, time); 2. keep ratings 1-4; 3. optional two-button mapping.
     order = _stable_order(card)  # rows are in time order, so a stable sort keeps time within a card
-    order = order[(rating[order] >= 1) & (rating[order] <= 4)]
+    valid = (rating >= 1) & (rating <= 4)
+    if not valid.all():  # nearly always all are: no compress
+        order = order[valid[order]]
     counts["rating"] = n - len(order)
     r = rating[order]
     if fcfg.two_buttons:

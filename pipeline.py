@@ -75,7 +75,8 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
     try:
         revlogs = load_revlogs(root, user_id, FEATURE_COLUMNS)
         part = load_partitions(root, user_id, cfg.partitions, revlogs["card_id"])
-        n_bad = int((~revlogs["rating"].isin([1, 2, 3, 4])).sum())
+        rating = column(revlogs, "rating")  # integers (load_revlogs checks): outside 1-4 is < 1 or > 4
+        n_bad = int(((rating < 1) | (rating > 4)).sum())
         warning = f"dropped {n_bad} review(s) with a rating outside 1-4" if n_bad else None
         fcfg = FeatureConfig.from_run(cfg)
         data = build_features(revlogs, fcfg, part)
