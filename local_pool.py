@@ -54,11 +54,29 @@ def _death_message(reasons: list[str]) -> str:
     return msg + (" — out of memory?" if any("SIGKILL" in r for r in reasons) else "")
 
 
+def keep_freed_memory() -> None:
+    """glibc's malloc hands allocations above 128 KiB (a user's numpy columns, its features' temporaries) to fresh
+    mmaps and gives freed heap back to the system, so the next user faults the same pages in again, zero-filled by
+    the kernel: ~2,900 page faults and 8 of the 38 ms of AVG's whole run on a 45k-review user were that. A worker
+    runs user after user of similar sizes, so it keeps freed memory for the next one instead (arrays up to 32 MiB
+    from the heap, up to 128 MiB of free heap kept); peak memory is unchanged. glibc only; elsewhere a no-op."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def init_worker(threads: int) -> None:
     """Each worker uses `threads` threads in every native pool (torch, OpenBLAS, OpenMP). Pools created before a
     fork keep the parent's size, so they are capped here: otherwise two workers on two cores run 4 threads and
     each user takes twice as long. RAYON_NUM_THREADS: the Rust libraries' pool (fsrs-rs-python links rayon; its
-    benchmark() ran on the calling thread in our measurements, so this only guards a pool made later)."""
+    benchmark() ran on the calling thread in our measurements, so this only guards a pool made later). Freed
+    memory is kept for the next user (keep_freed_memory)."""
+    keep_freed_memory()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["RAYON_NUM_THREADS"] = str(threads)
     from threadpoolctl import threadpool_limits

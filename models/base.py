@@ -51,6 +51,18 @@ class ReviewData:
         return self.seq_delta_t[start:start + pos], self.seq_rating[start:start + pos]
 
 
+def column(rows: pd.DataFrame, name: str, dtype=None) -> np.ndarray:
+    """rows[name].to_numpy(dtype), read-only, without building a Series: ~2 µs instead of ~30 µs in pandas 3, and
+    the per-fold, per-partition code reads a few hundred columns per user (the -deck rows ~450). Falls back to the
+    public path where pandas' internals differ (or the name is not one column)."""
+    try:
+        values = rows._get_column_array(rows.columns.get_loc(name)).view()
+        values.flags.writeable = False
+    except (AttributeError, TypeError, ValueError):
+        values = rows[name].to_numpy()
+    return values if dtype is None else values.astype(dtype, copy=False)
+
+
 def recency_weights(n: int) -> np.ndarray:
     """0.25 + 0.75·x³ with x = linspace(0, 1, n): the oldest row weighs 0.25, the newest 1 (upstream's --recency).
     Here, not in training.py, so that the compiled trainers use it without importing torch."""

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from models.base import InadequateData
+from models.base import InadequateData, column
 
 # Exponents of the interpolation model ln S2 = W1 ln S1 + (1-W1) ln S3 and ln S3 = (1-W2) ln S2 + W2 ln S4.
 W1 = 0.41
@@ -211,14 +211,14 @@ def fit_many(runs: Sequence[StepLbfgsb], batch_loss: Callable[[np.ndarray, np.nd
 def _numpy_groups(rows: pd.DataFrame):
     """(first_rating, delta_t, y) of the training rows that first_review_groups groups, and the mean recall of all
     of them; y is 0/1, so every sum is an exact integer and the means equal pandas' to the bit."""
-    i = rows["i"].to_numpy()
-    dt = rows["delta_t"].to_numpy(np.float64)
-    y = rows["y"].to_numpy(np.float64)
+    i = column(rows, "i")
+    dt = column(rows, "delta_t", np.float64)
+    y = column(rows, "y", np.float64)
     keep = (i > 1) & (dt > 0)
     if not keep.any():
         raise InadequateData("no training rows")
     first = keep & (i == 2)
-    return rows["first_rating"].to_numpy()[first], dt[first], y[first], float(y[keep].mean())
+    return column(rows, "first_rating")[first], dt[first], y[first], float(y[keep].mean())
 
 
 def repair_order(stability: dict[int, float], count: Mapping[int, float]) -> dict[int, float]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import ReviewData, recency_weights
+from models.base import ReviewData, column, recency_weights
 from models.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 SEED = 2023
@@ -154,15 +154,15 @@ class Cards:
 
     def __init__(self, data: ReviewData, weights: np.ndarray | None = None, keep: np.ndarray | None = None):
         rows = data.rows
-        start = rows["seq_start"].to_numpy(np.int64)
-        pos = rows["seq_pos"].to_numpy(np.int64)
+        start = column(rows, "seq_start", np.int64)
+        pos = column(rows, "seq_pos", np.int64)
         sel = np.arange(len(rows)) if keep is None else np.flatnonzero(keep)
         sel = sel[pos[sel] >= 1]  # a first review has no history and is never a target
         order = card_order(sel, start, pos, len(data.seq_delta_t))
         self.t_row = order
         self.t_pos = pos[order]
-        self.t_dt = rows["delta_t"].to_numpy(np.float64)[order]
-        self.t_y = rows["y"].to_numpy(np.float64)[order]
+        self.t_dt = column(rows, "delta_t", np.float64)[order]
+        self.t_y = column(rows, "y", np.float64)[order]
         w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
         self.t_wt = w[order]
         st = start[order]
@@ -194,7 +194,7 @@ def fit_prior(w0: np.ndarray, w_init, sigma, grad_mask) -> tuple[np.ndarray, np.
 def training_cards(train: ReviewData, weights, max_seq_len: int, keep: np.ndarray | None) -> "Cards":
     """The training targets grouped by card: rows with a history of at most max_seq_len (upstream's BatchDataset
     drops longer ones), restricted to `keep` when given, with their loss weights."""
-    use = train.rows["seq_pos"].to_numpy() <= max_seq_len
+    use = column(train.rows, "seq_pos") <= max_seq_len
     if keep is not None:
         use &= np.asarray(keep, dtype=bool)
     return Cards(train, weights, use)
@@ -265,7 +265,7 @@ class SeqEngine:
         """Σ weight·BCE (+ the L2 prior when sigma is given) and its gradient, over the rows of `data` (only those
         with history length ≤ max_seq_len when given)."""
         w = self._w(w)
-        keep = None if max_seq_len is None else data.rows["seq_pos"].to_numpy() <= max_seq_len
+        keep = None if max_seq_len is None else column(data.rows, "seq_pos") <= max_seq_len
         cards = Cards(data, weights, keep)
         grad = np.zeros(len(w))
         loss = self.k.loss_grad_cards(w, self.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad)
