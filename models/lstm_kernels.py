@@ -276,32 +276,31 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
 def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
-    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[1], 4H] is scratch."""
+    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[0], 4H] is scratch."""
     n = u.shape[0]
     zero = like(u, 0.0)
-    linear(u, w_ih, b_ih, act)  # the gates' pre-activations, activated in place step by step
+    np.dot(u, w_ih.T, act)  # the gates' pre-activations (both biases added in one pass), activated step by step
     for r in range(n):
         for j in range(G4):
-            act[r, j] += b_hh[j]
+            act[r, j] = (act[r, j] + b_ih[j]) + b_hh[j]
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
+        rec = tmp[:nk]
         if k > 0:
             p0 = off[k - 1]
-            rec = tmp[:nk]
             np.dot(h[p0:p0 + nk], w_hh.T, rec)
-            for q in range(nk):
-                for j in range(G4):
-                    act[r0 + q, j] += rec[q, j]
+        else:
+            rec[:] = 0.0  # no previous state (adding it keeps the sum's bits: x + 0 = x)
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
-            for j in range(2 * H):  # i, f: sigmoid
-                act[r, j] = sigmoid(act[r, j])
+            for j in range(2 * H):  # i, f: sigmoid (the recurrent term added here, not in a pass of its own)
+                act[r, j] = sigmoid(act[r, j] + rec[q, j])
             for j in range(2 * H, 3 * H):  # g: tanh
-                act[r, j] = tanh(act[r, j])
+                act[r, j] = tanh(act[r, j] + rec[q, j])
             for j in range(3 * H, G4):  # o: sigmoid
-                act[r, j] = sigmoid(act[r, j])
+                act[r, j] = sigmoid(act[r, j] + rec[q, j])
             for j in range(H):
                 cp = c[rp, j] if k > 0 else zero
                 cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
@@ -312,16 +311,21 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
 
 @njit(cache=True, error_model="numpy")
 def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
-                  dc_next, h_prev, tmp):
+                  dc_next, h_prev):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
-    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] and tmp [≥ bs[1], H] are scratch."""
+    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] are scratch."""
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
-    for r in range(n):
+    # dL/dh and dL/dc through the next step (dh_rec, dc_next) are written at every row a next step has, below;
+    # zero at each card's last row (the rows of block k past bs[k + 1]); h_prev is zero at the first step
+    for k in range(len(bs)):
+        for q in range(bs[k + 1] if k + 1 < len(bs) else 0, bs[k]):
+            for j in range(H):
+                dh_rec[off[k] + q, j] = 0.0
+                dc_next[off[k] + q, j] = 0.0
+    for q in range(bs[0] if len(bs) else 0):
         for j in range(H):
-            dh_rec[r, j] = 0.0  # dL/dh through the next step's recurrence
-            dc_next[r, j] = 0.0  # dL/dc through the next step's cell
-            h_prev[r, j] = 0.0
+            h_prev[q, j] = 0.0
     for k in range(len(bs) - 1, -1, -1):
         r0 = off[k]
         nk = bs[k]
@@ -343,21 +347,22 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                     h_prev[r, j] = h[rp, j]
         if k > 0:
             p0 = off[k - 1]
-            rec = tmp[:nk]
-            np.dot(dg[r0:r0 + nk], w_hh, rec)
-            for q in range(nk):
-                for j in range(H):
-                    dh_rec[p0 + q, j] += rec[q, j]
+            np.dot(dg[r0:r0 + nk], w_hh, dh_rec[p0:p0 + nk])  # the previous step's only term of its kind
     g_hh += np.dot(dg.T, h_prev)
+    g_ih += np.dot(dg.T, u)
+    np.dot(dg, w_ih, gu)
+    gb = np.zeros(G4, u.dtype)
     for r in range(n):
         for j in range(G4):
-            g_bhh[j] += dg[r, j]
-    linear_back(u, w_ih, dg, g_ih, g_bih, gu, True)
+            gb[j] += dg[r, j]
+    for j in range(G4):  # both biases have the same gradient: one sum, added to each
+        g_bhh[j] += gb[j]
+        g_bih[j] += gb[j]
 
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
-N_W20, N_W80, N_W1 = 45, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
 
 
 @njit(cache=True, error_model="numpy")
@@ -446,8 +451,8 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[17, :n], w20[18, :n], w20[19, :n], w20[20, :n], w20[21, :n], w20[22, :n], w20[23, :n], w20[24, :n],
         w20[25, :n], w20[26, :n], w20[27, :n], w20[28, :n], w20[29, :n], w20[30, :n], w20[31, :n], w20[32, :n],
         w20[33, :n], w20[34, :n], w20[35, :n])
-    gv, gb1, gb2, dh_rec, dc_next, h_prev, tmp20 = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n],
-                                                    w20[40, :n], w20[41, :n], w20[42, :n])
+    gv, gb1, gb2, dh_rec, dc_next, h_prev = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n],
+                                             w20[41, :n])
     # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
     ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
     for q in range(len(cards)):
@@ -464,7 +469,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
-    v2r, gv2 = w20[43, :m], w20[44, :n]  # v2 at the read rows; dL/dv2 at every row
+    v2r, gv2 = w20[42, :m], w20[43, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
     rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
     x0 = wx[:n]
@@ -585,11 +590,11 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
     lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
-                  dc_next, h_prev, tmp20)
+                  dc_next, h_prev)
     layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
     add(gv2, gv, gv2)  # dL/dv1
     lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
-                  dc_next, h_prev, tmp20)
+                  dc_next, h_prev)
     layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
     add(gv2, gv, gv2)  # dL/dv0
     silu_back(a2, sg2, gv2, gv2)
