@@ -507,40 +507,48 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
      g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
-    zw = np.empty(N_CURVES)
-    zs = np.empty(N_CURVES)
-    zd = np.empty(N_CURVES)
+    # the heads' weights as one [H, 9] matrix (columns: the w, s, d logits of the 3 curves), so that a target's
+    # nine logits are nine independent sums in one pass over its row (each in the order of a plain dot product)
+    nz = 3 * N_CURVES
+    wh = np.empty((H, nz), th.dtype)
+    bh = np.empty(nz)
+    for k in range(N_CURVES):
+        bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
+        for i in range(H):
+            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
+    z = np.empty(nz)
+    gz = np.empty(nz)  # dL/d(logits)
     w = np.empty(N_CURVES)
     pc = np.empty(N_CURVES)
-    es = np.empty(N_CURVES)  # s_c and d_c of the target, kept for the reverse pass
+    es = np.empty(N_CURVES)  # s_c, d_c, 1 + t/(1e−7 + s_c) and its log, kept for the reverse pass
     ed = np.empty(N_CURVES)
-    gzw = np.empty(N_CURVES)
-    gzs = np.empty(N_CURVES)
-    gzd = np.empty(N_CURVES)
+    base = np.empty(N_CURVES)
+    lb = np.empty(N_CURVES)
     loss = 0.0
     for q in range(len(cards)):
         c = cards[rank[q]]
         for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
             r = ri[off[t_pos[jt] - 1] + q]  # the state after the target's history (its read row)
             t = t_dt[jt]
-            zmax = -np.inf
-            for k in range(N_CURVES):
-                zw[k], zs[k], zd[k] = w_b[k], s_b[k], d_b[k]
-                for i in range(H):
-                    zw[k] += w_w[k, i] * v[r, i]
-                    zs[k] += s_w[k, i] * v[r, i]
-                    zd[k] += d_w[k, i] * v[r, i]
-                zmax = max(zmax, zw[k])
+            for k in range(nz):
+                z[k] = bh[k]
+            for i in range(H):
+                vi = v[r, i]
+                for k in range(nz):
+                    z[k] += wh[i, k] * vi
+            zmax = max(z[0], max(z[1], z[2]))
             tot = 0.0
             for k in range(N_CURVES):
-                w[k] = math.exp(zw[k] - zmax)
+                w[k] = math.exp(z[k] - zmax)
                 tot += w[k]
             p = 0.0
             for k in range(N_CURVES):
                 w[k] /= tot
-                es[k] = math.exp(min(max(zs[k], -25.0), 25.0))
-                ed[k] = math.exp(min(max(zd[k], -25.0), 25.0))
-                pc[k] = (1.0 + t / (1e-7 + es[k])) ** -ed[k]
+                es[k] = math.exp(min(max(z[N_CURVES + k], -25.0), 25.0))
+                ed[k] = math.exp(min(max(z[2 * N_CURVES + k], -25.0), 25.0))
+                base[k] = 1.0 + t / (1e-7 + es[k])
+                lb[k] = math.log(base[k])
+                pc[k] = math.exp(-ed[k] * lb[k])  # base^(−d) (one exp for libm's pow; the log serves dp/dd too)
                 p += w[k] * pc[k]
             p *= 1.0 - 1e-7
             p_out[jt] = p
@@ -552,23 +560,24 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
                 for k in range(N_CURVES):
                     dot += w[k] * pc[k]
                 for k in range(N_CURVES):
-                    s = es[k]
-                    d = ed[k]
-                    base = 1.0 + t / (1e-7 + s)
-                    gzw[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
+                    s, d = es[k], ed[k]
+                    gz[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
                     # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
-                    gs = gp * w[k] * d * pc[k] / base * t / (1e-7 + s) ** 2
-                    gzs[k] = gs * s if -25.0 <= zs[k] <= 25.0 else 0.0
-                    gd = -gp * w[k] * pc[k] * math.log(base)
-                    gzd[k] = gd * d if -25.0 <= zd[k] <= 25.0 else 0.0
-                    g_w_b[k] += gzw[k]
-                    g_s_b[k] += gzs[k]
-                    g_d_b[k] += gzd[k]
-                    for i in range(H):
-                        g_w_w[k, i] += gzw[k] * v[r, i]
-                        g_s_w[k, i] += gzs[k] * v[r, i]
-                        g_d_w[k, i] += gzd[k] * v[r, i]
-                        gv[r, i] += gzw[k] * w_w[k, i] + gzs[k] * s_w[k, i] + gzd[k] * d_w[k, i]
+                    gs = gp * w[k] * d * pc[k] / base[k] * t / (1e-7 + s) ** 2
+                    gz[N_CURVES + k] = gs * s if -25.0 <= z[N_CURVES + k] <= 25.0 else 0.0
+                    gd = -gp * w[k] * pc[k] * lb[k]
+                    gz[2 * N_CURVES + k] = gd * d if -25.0 <= z[2 * N_CURVES + k] <= 25.0 else 0.0
+                    g_w_b[k] += gz[k]
+                    g_s_b[k] += gz[N_CURVES + k]
+                    g_d_b[k] += gz[2 * N_CURVES + k]
+                for i in range(H):
+                    vi = v[r, i]
+                    for k in range(N_CURVES):
+                        gzw, gzs, gzd = gz[k], gz[N_CURVES + k], gz[2 * N_CURVES + k]
+                        g_w_w[k, i] += gzw * vi
+                        g_s_w[k, i] += gzs * vi
+                        g_d_w[k, i] += gzd * vi
+                        gv[r, i] += gzw * w_w[k, i] + gzs * s_w[k, i] + gzd * d_w[k, i]
     if not want:
         return loss
     # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
