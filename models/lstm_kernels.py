@@ -49,10 +49,13 @@ the biases and the recurrent term are added where the gates are activated, and t
 straight into dh_rec (fewer passes over [N, 4H]); the heads' nine logits as nine independent sums and base^(−d) as
 exp(−d·ln base) (libm's pow was the costliest call per target; P(recall) moves by ≤ 2e−16); SiLU, its reverse and
 the residual additions over their arrays flat. Together ≈ 0.9× per pass (paired medians of 101 alternations in one
-process; 0.95× of it the flat layers). Tried and not kept: the cell and gate-gradient loops split into short per-row
+process; 0.95× of it the flat layers); the LSTM row's projection for 10,000 users (bench/bench_executors.py project),
+old and new alternated twice back to back: 33.9 → 33.2 and 35.7 → 31.0 CPU-hours (166.97 → 163.47 and 176.41 →
+153.24 ms per 1k raw reviews). Tried and not kept: the cell and gate-gradient loops split into short per-row
 loops that vectorise (vectorised, same bits, not faster: 1.02×); hand-written fixed-size products for the
 recurrence and the weight gradients (faster alone at few cards, no faster in place); chunks of 128–2048 steps (none
-faster; 128: 1.17× slower).
+faster; 128: 1.17× slower); column sums of the reverse linears into a fresh array (0.996×); the cells' tanh over a
+step's rows flat (0.999×).
 
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
 clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path in float64
