@@ -34,6 +34,29 @@ time (independent addition chains, each row still summed in its own order, so fl
 ~2× per LayerNorm) 1.6×. Whole runs: the LSTM row's projection for 10,000 users (bench/bench_executors.py project)
 37.0 CPU-hours against 53.6 for the kernels before, measured back to back on a busy machine.
 
+Where a pass goes (profiled on one fine-tune group of a 45k-review simulated user: 22k packed rows in 43 chunks,
+float32, one core; each part timed alone on the chunks' real layouts, min of 5; a busy machine, so ±20%): the whole
+forward + reverse ≈ 3.1–4 µs per row. Per LSTM layer: forward ≈ 0.36–0.48 µs (the input product ≈ 0.08–0.10, the
+per-step recurrent products ≈ 0.10, gates and cell ≈ 0.18), reverse ≈ 0.46–0.65 µs (gate gradients ≈ 0.16, scalar
+code; per-step recurrent products ≈ 0.17; the weight gradients dgᵀ·h_prev and dgᵀ·u ≈ 0.1–0.2 each, sgemm with a
+transposed operand; dL/du ≈ 0.08). Per call on all rows: linear ≈ 40 ns, its reverse ≈ 90, LayerNorm ≈ 40, its
+reverse ≈ 27, SiLU ≈ 62 before it ran flat (below). The heads ≈ 17% of a pass (the pass without them: 0.83×,
+paired). perf: the BLAS library ≈ 38% of the kernel's samples, a third of that its packing copies (operands with
+20 columns). 95% of the rows are in steps with ≥ 17 cards running, where sgemm costs about what hand-written loops do
+(20→80 product at 16–128 cards: 70–110 ns per row by hand, 86–130 by sgemm; at 4 cards 110 against 400).
+Changed after that profile (each checked bit for bit on that group; the embedded data's result lines identical):
+the biases and the recurrent term are added where the gates are activated, and the recurrent gradient written
+straight into dh_rec (fewer passes over [N, 4H]); the heads' nine logits as nine independent sums and base^(−d) as
+exp(−d·ln base) (libm's pow was the costliest call per target; P(recall) moves by ≤ 2e−16); SiLU, its reverse and
+the residual additions over their arrays flat. Together ≈ 0.9× per pass (paired medians of 101 alternations in one
+process; 0.95× of it the flat layers); the LSTM row's projection for 10,000 users (bench/bench_executors.py project),
+old and new alternated twice back to back: 33.9 → 33.2 and 35.7 → 31.0 CPU-hours (166.97 → 163.47 and 176.41 →
+153.24 ms per 1k raw reviews). Tried and not kept: the cell and gate-gradient loops split into short per-row
+loops that vectorise (vectorised, same bits, not faster: 1.02×); hand-written fixed-size products for the
+recurrence and the weight gradients (faster alone at few cards, no faster in place); chunks of 128–2048 steps (none
+faster; 128: 1.17× slower); column sums of the reverse linears into a fresh array (0.996×); the cells' tanh over a
+step's rows flat (0.999×).
+
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
 clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path in float64
 (tests/test_lstm_compiled.py), float32 against float64 in tests/test_lstm_float32.py.
@@ -179,32 +202,40 @@ def linear_back(x, w, gy, gw, gb, gx, want_gx):
         np.dot(gy, w, gx)
 
 
+@njit(cache=True, inline="always")
+def flat(x):
+    """A C-contiguous [N, M] array as a flat view of its N·M values."""
+    return x.reshape(x.size)
+
+
 @njit(cache=True, error_model="numpy")
 def silu(a, y, sg):
-    """y = a·σ(a), and σ(a) into sg for the reverse pass."""
-    for r in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            s = sigmoid(a[r, j])
-            sg[r, j] = s
-            y[r, j] = a[r, j] * s
+    """y = a·σ(a), and σ(a) into sg for the reverse pass. The elementwise layers run over the arrays flat (all are
+    C-contiguous): one long loop vectorises where 20-wide rows left a scalar remainder and overlap checks per row
+    (~3 ns per element before)."""
+    af, yf, sf = flat(a), flat(y), flat(sg)
+    for e in range(len(af)):
+        s = sigmoid(af[e])
+        sf[e] = s
+        yf[e] = af[e] * s
 
 
 @njit(cache=True, error_model="numpy")
 def silu_back(a, sg, gy, ga):
     """ga = dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a))) (ga may be gy)."""
     one = like(a, 1.0)
-    for r in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            s = sg[r, j]
-            ga[r, j] = gy[r, j] * s * (one + a[r, j] * (one - s))
+    af, sf, gyf, gaf = flat(a), flat(sg), flat(gy), flat(ga)
+    for e in range(len(af)):
+        s = sf[e]
+        gaf[e] = gyf[e] * s * (one + af[e] * (one - s))
 
 
 @njit(cache=True, error_model="numpy")
 def add(a, b, out):
     """out = a + b (out may be a or b)."""
-    for r in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            out[r, j] = a[r, j] + b[r, j]
+    af, bf, of = flat(a), flat(b), flat(out)
+    for e in range(len(af)):
+        of[e] = af[e] + bf[e]
 
 
 @njit(cache=True, error_model="numpy")
@@ -276,32 +307,31 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
 def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
-    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[1], 4H] is scratch."""
+    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[0], 4H] is scratch."""
     n = u.shape[0]
     zero = like(u, 0.0)
-    linear(u, w_ih, b_ih, act)  # the gates' pre-activations, activated in place step by step
+    np.dot(u, w_ih.T, act)  # the gates' pre-activations (both biases added in one pass), activated step by step
     for r in range(n):
         for j in range(G4):
-            act[r, j] += b_hh[j]
+            act[r, j] = (act[r, j] + b_ih[j]) + b_hh[j]
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
+        rec = tmp[:nk]
         if k > 0:
             p0 = off[k - 1]
-            rec = tmp[:nk]
             np.dot(h[p0:p0 + nk], w_hh.T, rec)
-            for q in range(nk):
-                for j in range(G4):
-                    act[r0 + q, j] += rec[q, j]
+        else:
+            rec[:] = 0.0  # no previous state (adding it keeps the sum's bits: x + 0 = x)
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
-            for j in range(2 * H):  # i, f: sigmoid
-                act[r, j] = sigmoid(act[r, j])
+            for j in range(2 * H):  # i, f: sigmoid (the recurrent term added here, not in a pass of its own)
+                act[r, j] = sigmoid(act[r, j] + rec[q, j])
             for j in range(2 * H, 3 * H):  # g: tanh
-                act[r, j] = tanh(act[r, j])
+                act[r, j] = tanh(act[r, j] + rec[q, j])
             for j in range(3 * H, G4):  # o: sigmoid
-                act[r, j] = sigmoid(act[r, j])
+                act[r, j] = sigmoid(act[r, j] + rec[q, j])
             for j in range(H):
                 cp = c[rp, j] if k > 0 else zero
                 cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
@@ -312,16 +342,21 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
 
 @njit(cache=True, error_model="numpy")
 def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
-                  dc_next, h_prev, tmp):
+                  dc_next, h_prev):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
-    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] and tmp [≥ bs[1], H] are scratch."""
+    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] are scratch."""
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
-    for r in range(n):
+    # dL/dh and dL/dc through the next step (dh_rec, dc_next) are written at every row a next step has, below;
+    # zero at each card's last row (the rows of block k past bs[k + 1]); h_prev is zero at the first step
+    for k in range(len(bs)):
+        for q in range(bs[k + 1] if k + 1 < len(bs) else 0, bs[k]):
+            for j in range(H):
+                dh_rec[off[k] + q, j] = 0.0
+                dc_next[off[k] + q, j] = 0.0
+    for q in range(bs[0] if len(bs) else 0):
         for j in range(H):
-            dh_rec[r, j] = 0.0  # dL/dh through the next step's recurrence
-            dc_next[r, j] = 0.0  # dL/dc through the next step's cell
-            h_prev[r, j] = 0.0
+            h_prev[q, j] = 0.0
     for k in range(len(bs) - 1, -1, -1):
         r0 = off[k]
         nk = bs[k]
@@ -343,21 +378,22 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                     h_prev[r, j] = h[rp, j]
         if k > 0:
             p0 = off[k - 1]
-            rec = tmp[:nk]
-            np.dot(dg[r0:r0 + nk], w_hh, rec)
-            for q in range(nk):
-                for j in range(H):
-                    dh_rec[p0 + q, j] += rec[q, j]
+            np.dot(dg[r0:r0 + nk], w_hh, dh_rec[p0:p0 + nk])  # the previous step's only term of its kind
     g_hh += np.dot(dg.T, h_prev)
+    g_ih += np.dot(dg.T, u)
+    np.dot(dg, w_ih, gu)
+    gb = np.zeros(G4, u.dtype)
     for r in range(n):
         for j in range(G4):
-            g_bhh[j] += dg[r, j]
-    linear_back(u, w_ih, dg, g_ih, g_bih, gu, True)
+            gb[j] += dg[r, j]
+    for j in range(G4):  # both biases have the same gradient: one sum, added to each
+        g_bhh[j] += gb[j]
+        g_bih[j] += gb[j]
 
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
-N_W20, N_W80, N_W1 = 45, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
 
 
 @njit(cache=True, error_model="numpy")
@@ -446,8 +482,8 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[17, :n], w20[18, :n], w20[19, :n], w20[20, :n], w20[21, :n], w20[22, :n], w20[23, :n], w20[24, :n],
         w20[25, :n], w20[26, :n], w20[27, :n], w20[28, :n], w20[29, :n], w20[30, :n], w20[31, :n], w20[32, :n],
         w20[33, :n], w20[34, :n], w20[35, :n])
-    gv, gb1, gb2, dh_rec, dc_next, h_prev, tmp20 = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n],
-                                                    w20[40, :n], w20[41, :n], w20[42, :n])
+    gv, gb1, gb2, dh_rec, dc_next, h_prev = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n],
+                                             w20[41, :n])
     # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
     ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
     for q in range(len(cards)):
@@ -464,7 +500,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
-    v2r, gv2 = w20[43, :m], w20[44, :n]  # v2 at the read rows; dL/dv2 at every row
+    v2r, gv2 = w20[42, :m], w20[43, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
     rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
     x0 = wx[:n]
@@ -502,40 +538,48 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
      g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
-    zw = np.empty(N_CURVES)
-    zs = np.empty(N_CURVES)
-    zd = np.empty(N_CURVES)
+    # the heads' weights as one [H, 9] matrix (columns: the w, s, d logits of the 3 curves), so that a target's
+    # nine logits are nine independent sums in one pass over its row (each in the order of a plain dot product)
+    nz = 3 * N_CURVES
+    wh = np.empty((H, nz), th.dtype)
+    bh = np.empty(nz)
+    for k in range(N_CURVES):
+        bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
+        for i in range(H):
+            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
+    z = np.empty(nz)
+    gz = np.empty(nz)  # dL/d(logits)
     w = np.empty(N_CURVES)
     pc = np.empty(N_CURVES)
-    es = np.empty(N_CURVES)  # s_c and d_c of the target, kept for the reverse pass
+    es = np.empty(N_CURVES)  # s_c, d_c, 1 + t/(1e−7 + s_c) and its log, kept for the reverse pass
     ed = np.empty(N_CURVES)
-    gzw = np.empty(N_CURVES)
-    gzs = np.empty(N_CURVES)
-    gzd = np.empty(N_CURVES)
+    base = np.empty(N_CURVES)
+    lb = np.empty(N_CURVES)
     loss = 0.0
     for q in range(len(cards)):
         c = cards[rank[q]]
         for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
             r = ri[off[t_pos[jt] - 1] + q]  # the state after the target's history (its read row)
             t = t_dt[jt]
-            zmax = -np.inf
-            for k in range(N_CURVES):
-                zw[k], zs[k], zd[k] = w_b[k], s_b[k], d_b[k]
-                for i in range(H):
-                    zw[k] += w_w[k, i] * v[r, i]
-                    zs[k] += s_w[k, i] * v[r, i]
-                    zd[k] += d_w[k, i] * v[r, i]
-                zmax = max(zmax, zw[k])
+            for k in range(nz):
+                z[k] = bh[k]
+            for i in range(H):
+                vi = v[r, i]
+                for k in range(nz):
+                    z[k] += wh[i, k] * vi
+            zmax = max(z[0], max(z[1], z[2]))
             tot = 0.0
             for k in range(N_CURVES):
-                w[k] = math.exp(zw[k] - zmax)
+                w[k] = math.exp(z[k] - zmax)
                 tot += w[k]
             p = 0.0
             for k in range(N_CURVES):
                 w[k] /= tot
-                es[k] = math.exp(min(max(zs[k], -25.0), 25.0))
-                ed[k] = math.exp(min(max(zd[k], -25.0), 25.0))
-                pc[k] = (1.0 + t / (1e-7 + es[k])) ** -ed[k]
+                es[k] = math.exp(min(max(z[N_CURVES + k], -25.0), 25.0))
+                ed[k] = math.exp(min(max(z[2 * N_CURVES + k], -25.0), 25.0))
+                base[k] = 1.0 + t / (1e-7 + es[k])
+                lb[k] = math.log(base[k])
+                pc[k] = math.exp(-ed[k] * lb[k])  # base^(−d) (one exp for libm's pow; the log serves dp/dd too)
                 p += w[k] * pc[k]
             p *= 1.0 - 1e-7
             p_out[jt] = p
@@ -547,23 +591,24 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
                 for k in range(N_CURVES):
                     dot += w[k] * pc[k]
                 for k in range(N_CURVES):
-                    s = es[k]
-                    d = ed[k]
-                    base = 1.0 + t / (1e-7 + s)
-                    gzw[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
+                    s, d = es[k], ed[k]
+                    gz[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
                     # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
-                    gs = gp * w[k] * d * pc[k] / base * t / (1e-7 + s) ** 2
-                    gzs[k] = gs * s if -25.0 <= zs[k] <= 25.0 else 0.0
-                    gd = -gp * w[k] * pc[k] * math.log(base)
-                    gzd[k] = gd * d if -25.0 <= zd[k] <= 25.0 else 0.0
-                    g_w_b[k] += gzw[k]
-                    g_s_b[k] += gzs[k]
-                    g_d_b[k] += gzd[k]
-                    for i in range(H):
-                        g_w_w[k, i] += gzw[k] * v[r, i]
-                        g_s_w[k, i] += gzs[k] * v[r, i]
-                        g_d_w[k, i] += gzd[k] * v[r, i]
-                        gv[r, i] += gzw[k] * w_w[k, i] + gzs[k] * s_w[k, i] + gzd[k] * d_w[k, i]
+                    gs = gp * w[k] * d * pc[k] / base[k] * t / (1e-7 + s) ** 2
+                    gz[N_CURVES + k] = gs * s if -25.0 <= z[N_CURVES + k] <= 25.0 else 0.0
+                    gd = -gp * w[k] * pc[k] * lb[k]
+                    gz[2 * N_CURVES + k] = gd * d if -25.0 <= z[2 * N_CURVES + k] <= 25.0 else 0.0
+                    g_w_b[k] += gz[k]
+                    g_s_b[k] += gz[N_CURVES + k]
+                    g_d_b[k] += gz[2 * N_CURVES + k]
+                for i in range(H):
+                    vi = v[r, i]
+                    for k in range(N_CURVES):
+                        gzw, gzs, gzd = gz[k], gz[N_CURVES + k], gz[2 * N_CURVES + k]
+                        g_w_w[k, i] += gzw * vi
+                        g_s_w[k, i] += gzs * vi
+                        g_d_w[k, i] += gzd * vi
+                        gv[r, i] += gzw * w_w[k, i] + gzs * s_w[k, i] + gzd * d_w[k, i]
     if not want:
         return loss
     # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
@@ -585,11 +630,11 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
     lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
-                  dc_next, h_prev, tmp20)
+                  dc_next, h_prev)
     layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
     add(gv2, gv, gv2)  # dL/dv1
     lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
-                  dc_next, h_prev, tmp20)
+                  dc_next, h_prev)
     layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
     add(gv2, gv, gv2)  # dL/dv0
     silu_back(a2, sg2, gv2, gv2)
