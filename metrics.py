@@ -166,8 +166,9 @@ def ici(y: np.ndarray, p: np.ndarray, order: np.ndarray | None = None) -> float:
 
         fit = lowess_sorted(y_sorted, x, 2.0 / 3.0, delta)
     else:
-        fit = _compiled_lowess()(y_sorted, x, x, np.ones_like(x), frac=2.0 / 3.0, it=0, delta=delta,
-                                 given_xvals=False)[0][:, 1]
+        with np.errstate(invalid="ignore", divide="ignore"):  # a degenerate neighbourhood's 0/0 stays NaN, unannounced
+            fit = _compiled_lowess()(y_sorted, x, x, np.ones_like(x), frac=2.0 / 3.0, it=0, delta=delta,
+                                     given_xvals=False)[0][:, 1]
     smoothed = np.empty_like(p)
     smoothed[order] = fit
     return float(np.mean(np.abs(smoothed - p)))
