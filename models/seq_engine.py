@@ -179,6 +179,10 @@ class Cards:
     def args(self) -> tuple:
         return (self.seq_dt, self.seq_g, self.c_start, self.c_n, self.c_tb, self.c_te, self.t_pos, self.t_dt)
 
+    def card_of(self) -> np.ndarray:
+        """The card (index into c_start) of every target."""
+        return np.repeat(np.arange(len(self.c_start)), self.c_te - self.c_tb)
+
 
 def fit_prior(w0: np.ndarray, w_init, sigma, grad_mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(1/σ², centre, gradient mask) of a fit's L2 prior Σ((w − centre)/σ)²: none when sigma is None (1/σ² = 0,
@@ -213,7 +217,7 @@ def share_card_prefixes(targets: np.ndarray, chunk: np.ndarray, cards: "Cards") 
     by batch (targets ascending within each), and each batch's first item (len = batches + 1)."""
     order = np.argsort(chunk * len(cards.t_pos) + targets, kind="stable")
     t_s, b_s = targets[order], chunk[order]
-    card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
+    card_of = cards.card_of()
     new = np.ones(len(t_s), dtype=bool)
     new[1:] = (b_s[1:] != b_s[:-1]) | (t_s[1:] != t_s[:-1] + 1) | (card_of[t_s[1:]] != card_of[t_s[:-1]])
     first = np.flatnonzero(new)
@@ -342,7 +346,7 @@ class SeqEngine:
         if share:
             items, first = share_card_prefixes(targets, np.arange(len(targets)) // batch_size, cards)
         else:
-            card_of = np.repeat(np.arange(len(cards.c_start)), cards.c_te - cards.c_tb)
+            card_of = cards.card_of()
             items = np.stack([card_of[targets], targets, targets + 1, cards.t_pos[targets]], axis=1).astype(np.int64)
             first = np.minimum(np.arange(n_b + 1) * batch_size, len(targets))
         generator = TorchGenerator(SHUFFLE_SEED)
