@@ -9,8 +9,10 @@ A model plugs in with its step function and its vector-Jacobian products written
 contract: models/seq_model_stub.py); `instantiate` compiles the engine's kernels (models/seq_engine_kernels.py) for
 that model. What depends only on the weights is hoisted out of the per-review loop by the model's optional
 `precompute` (once per mini-batch / call, with its own VJP folding the constants' adjoints back into the gradient);
-a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ) and fuse a target's curve
-and BCE (target_loss / target_loss_vjp). Models that define none of these run exactly as before. The trainer minimises upstream's objective
+a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ), fuse a target's curve
+and BCE (target_loss / target_loss_vjp), and compute a target read at the next review's elapsed time with that
+step (step_target / step_target_vjp). Models that define none of these run exactly as before. The trainer
+minimises upstream's objective
     L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)
 with Adam (lr 4e-2), a per-step cosine schedule over mini-batches of whole cards (≈ batch_size targets, order
 shuffled per epoch with a seeded numpy Generator), the model's clip box after every step, frozen parameters
@@ -42,6 +44,10 @@ _CUSTOM_BEGIN = "# ---- CUSTOM-CARD-BEGIN"
 _CUSTOM_END = "# ---- CUSTOM-CARD-END"
 _TARGET_BEGIN = "# ---- DEFAULT-TARGET-BEGIN"
 _TARGET_END = "# ---- DEFAULT-TARGET-END"
+_PLAIN_BEGIN = "# ---- PLAIN-LOSS-BEGIN"
+_PLAIN_END = "# ---- PLAIN-LOSS-END"
+_FUSED_BEGIN = "# ---- STEP-TARGET-BEGIN"
+_FUSED_END = "# ---- STEP-TARGET-END"
 _INSTANCES: dict[str, object] = {}
 
 
@@ -114,6 +120,11 @@ def instantiate(model_module: str):
         if hasattr(model, "target_loss_vjp"):
             source = _cut(source, _TARGET_BEGIN, _TARGET_END)
             names += ["target_loss", "target_loss_vjp"]
+        if hasattr(model, "step_target_vjp"):
+            source = _cut(source, _PLAIN_BEGIN, _PLAIN_END)
+            names += ["step_target", "step_target_vjp"]
+        else:
+            source = _cut(source, _FUSED_BEGIN, _FUSED_END)
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
     binding = f"from {model_module} import {', '.join(names)}"

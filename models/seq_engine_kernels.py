@@ -12,7 +12,9 @@ after its t_pos[j]-th review (index t_pos[j]-1) and its own elapsed time t_dt[j]
 Every entry point takes the raw weights w and the model's run-time options, calls the model's `precompute(w, opts)`
 once (per call, or per mini-batch in adam_fit) and hands the result wc to the per-card functions; the gradient is
 accumulated against wc and folded back into w's by `precompute_vjp` (the stub's defaults: wc is w, a plain copy).
-Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines.
+Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines: its own
+card loops (CUSTOM-CARD instead of GENERIC-CARD), its own target loss (DEFAULT-TARGET out), a fused step and target
+(STEP-TARGET instead of PLAIN-LOSS).
 """
 
 # ruff: noqa: F405, F811  (the model's names come from the rebound star import; one of the two card_loss sections
@@ -60,6 +62,7 @@ def forward_card(w, seq_dt, seq_g, start, n, states):
         step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
 
 
+# ---- PLAIN-LOSS-BEGIN (left out when the model defines step_target / step_target_vjp)
 @njit(cache=True)
 def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
     """Σ weight·BCE over the card's targets; adds d/dw into gw. One forward and one reverse pass over the card."""
@@ -80,6 +83,65 @@ def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, b
             gstates[k - 1, i] += gprev[i]
     init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
     return loss
+# ---- PLAIN-LOSS-END
+
+# ---- STEP-TARGET-BEGIN (only when the model defines step_target / step_target_vjp)
+@njit(cache=True)
+def same_time(a, b):
+    """a and b the same float, a signed zero included: a target at elapsed time a may share the step taken at b."""
+    return a == b and (a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
+
+
+@njit(cache=True)
+def fused_target(seq_dt, start, n, t_pos, t_dt, tb, te, j, k):
+    """Whether target j goes through step k's step_target: it is the first of the card's targets reading the
+    state before review k (t_pos == k; targets are sorted by t_pos) and its elapsed time is that review's, so
+    the step computes its curve anyway. Every target but a card's last, in the usual layout (a target's delta_t
+    is the next review's)."""
+    return (tb <= j and j < te and k < n and t_pos[j] == k and (j == tb or t_pos[j - 1] != k)
+            and same_time(t_dt[j], seq_dt[start + k]))
+
+
+@njit(cache=True)
+def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    """Σ weight·BCE over the card's targets; adds d/dw into gw. One forward and one reverse pass over the card;
+    a target read at the next step's own elapsed time is computed with that step (step_target) and its adjoint
+    joins the step's reverse pass (step_target_vjp), any other target goes through target_loss_vjp. The result
+    is the plain loop's up to rounding (the losses are summed in another order)."""
+    states = buf[0]
+    gstates = buf[1]
+    gprev = buf[2][0]
+    init(w, seq_g[start], seq_dt[start], states[0])
+    loss = 0.0
+    j = tb
+    for k in range(1, n):  # step k reads states[k - 1], as do the targets with t_pos == k
+        while j < te and t_pos[j] < k:
+            j += 1
+        if fused_target(seq_dt, start, n, t_pos, t_dt, tb, te, j, k):
+            loss += step_target(w, states[k - 1], seq_dt[start + k], seq_g[start + k], t_y[j], t_wt[j], states[k])
+        else:
+            step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
+    for k in range(n):
+        for i in range(N_ADJ):
+            gstates[k, i] = 0.0
+    for j in range(tb, te):
+        k = t_pos[j]
+        if not fused_target(seq_dt, start, n, t_pos, t_dt, tb, te, j, k):
+            loss += target_loss_vjp(w, states[k - 1], t_dt[j], t_y[j], t_wt[j], gstates[k - 1], gw)
+    j = te - 1
+    for k in range(n - 1, 0, -1):
+        while j > tb and t_pos[j - 1] >= k:  # j: the first target with t_pos >= k (as in the forward loop)
+            j -= 1
+        if fused_target(seq_dt, start, n, t_pos, t_dt, tb, te, j, k):
+            step_target_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], t_y[j], t_wt[j], states[k],
+                            gstates[k], gprev, gw)
+        else:
+            step_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k], gstates[k], gprev, gw)
+        for i in range(N_ADJ):
+            gstates[k - 1, i] += gprev[i]
+    init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
+    return loss
+# ---- STEP-TARGET-END
 
 
 @njit(cache=True)

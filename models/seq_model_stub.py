@@ -96,3 +96,20 @@ def target_loss_vjp(w, state, t, y, wt, gstate, gw):
     three (FSRS-6 works on ln R, one log1p per target). It must keep torch's BCE (logs floored at −100) wherever
     the model's curve can reach those values."""
     raise NotImplementedError
+
+
+def step_target(w, prev, t, g, y, wt, out):
+    """Optional, with step_target_vjp: step(w, prev, t, g, out) and, returned, weight·BCE(curve(w, prev, t), y) of
+    the target that reads `prev` at the step's own elapsed time t. Why: a model's curve often recomputes what its
+    step computes from the same state and time (FSRS-7's retention, SBD's recall); fused, that target costs its
+    BCE only. The engine's generic card loop (seq_engine_kernels' STEP-TARGET section) sends the first target
+    with t_pos == k through step k's step_target when its delta_t equals that review's (every target but a
+    card's last, in the usual layout); any other target through target_loss_vjp. models/traced.py generates
+    both for a model file."""
+    raise NotImplementedError
+
+
+def step_target_vjp(w, prev, t, g, y, wt, new, gnew, gprev, gw):
+    """Optional, with step_target: gprev[:] = (gnew · ∂step/∂prev + ∂BCE/∂prev) (overwrite); gw += the same
+    products for w. `new` is step_target's output (its stash, as step_vjp's)."""
+    raise NotImplementedError
