@@ -299,9 +299,7 @@ class SeqEngine:
         restricts the training rows (e.g. FSRS v4's i > 2); `w_init`/`sigma` define the L2 prior (none if sigma is
         None); grad_mask zeros the gradient of frozen parameters. Deterministic for a given seed.
 
-        batching "cards" (default): mini-batches of whole cards, one forward and one reverse pass per card; each
-        epoch's cards are first copied in visit order (adam_fit's gather: same result, fewer cache misses). The
-        length modes do not copy: an item there replays a target's whole history, so the copy would be as large.
+        batching "cards" (default): mini-batches of whole cards, one forward and one reverse pass per card.
         batching "length": upstream's length-sorted target batches and batch order (sort_kind as training.py);
         for models whose 5 epochs are far from convergence, so that where training stops depends on the batches.
         batching "length-shared": the same batches, each card's targets within one batch as one work item (one
@@ -331,8 +329,7 @@ class SeqEngine:
             raise ValueError(f"unknown batching {batching!r}")
         best_w, _ = self.k.adam_fit(w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(),
                                     cards.t_y, cards.t_wt, cards.max_n, items, orders, bounds, n_batches, float(lr),
-                                    np.asarray(betas, dtype=np.float64), bool(check_every_epoch), bool(keep_last),
-                                    batching == "cards")
+                                    np.asarray(betas, dtype=np.float64), bool(check_every_epoch), bool(keep_last))
         return self.clip(best_w)
 
     def _card_batches(self, cards: Cards, n_epoch: int, batch_size: int, seed: int):

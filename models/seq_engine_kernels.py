@@ -215,36 +215,8 @@ def loss_grad_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_d
 
 
 @njit(cache=True)
-def gather_epoch(items, order, n_visits, c_start, seq_dt, seq_g, t_pos, t_dt, t_y, t_wt, g_dt, g_g, g_pos, g_tdt,
-                 g_y, g_wt, g_item):
-    """Copy the reviews and targets of the items visited by one epoch (order[:n_visits]) into g_*, one after the
-    other in visit order; g_item[pos] = (start, first target, end target) of visit pos in the copy. t_pos counts
-    from a card's first review, so it is copied as it is."""
-    s = 0
-    q = 0
-    for pos in range(n_visits):
-        it = order[pos]
-        st = c_start[items[it, 0]]
-        n = items[it, 3]
-        g_item[pos, 0] = s
-        for k in range(n):
-            g_dt[s + k] = seq_dt[st + k]
-            g_g[s + k] = seq_g[st + k]
-        s += n
-        g_item[pos, 1] = q
-        for j in range(items[it, 1], items[it, 2]):
-            g_pos[q] = t_pos[j]
-            g_tdt[q] = t_dt[j]
-            g_y[q] = t_y[j]
-            g_wt[q] = t_wt[j]
-            q += 1
-        g_item[pos, 2] = q
-
-
-@njit(cache=True)
 def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
-             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch, keep_last=False,
-             gather=False):
+             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch, keep_last=False):
     """Adam with a per-step cosine schedule, penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after
     every step (the box, then the model's `project`, a no-op unless it defines one), and the best full objective
     among the initial weights and the end of every epoch (check_every_epoch) or of the last one only; keep_last
@@ -253,11 +225,7 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
 
     opts: the model's run-time options (models/seq_model_stub.py: precompute).
     Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
-    Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e].
-    gather: copy each epoch's items, in visit order, into contiguous arrays first (gather_epoch) and train on the
-    copy: the same numbers in the same order, so the same result bit for bit, without a cache miss per array at
-    every card of a shuffled epoch (a pass over whole cards in random order cost ~1.3–1.5× one in card order
-    on a 45k-review user; the copy costs a few per cent of a pass)."""
+    Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e]."""
     n_epoch = orders.shape[0]
     n_targets = len(t_pos)
     n_w = len(w0)
@@ -278,28 +246,7 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
         best = loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
             + l2_prior(w, w_init, inv_var)
     step_no = 0
-    n_s = 0  # the copies' sizes: the most reviews and targets an epoch visits (none without gather)
-    n_q = 0
-    for e in range(n_epoch if gather else 0):
-        s_e = 0
-        q_e = 0
-        for pos in range(bounds[e, n_batches[e]]):
-            it = orders[e, pos]
-            s_e += items[it, 3]
-            q_e += items[it, 2] - items[it, 1]
-        n_s = max(n_s, s_e)
-        n_q = max(n_q, q_e)
-    g_dt = np.empty(n_s)
-    g_g = np.empty(n_s, dtype=seq_g.dtype)
-    g_pos = np.empty(n_q, dtype=t_pos.dtype)
-    g_tdt = np.empty(n_q)
-    g_y = np.empty(n_q)
-    g_wt = np.empty(n_q)
-    g_item = np.empty((orders.shape[1] if gather else 0, 3), dtype=np.int64)  # per visit: start, targets
     for e in range(n_epoch):
-        if gather:
-            gather_epoch(items, orders[e], bounds[e, n_batches[e]], c_start, seq_dt, seq_g, t_pos, t_dt, t_y, t_wt,
-                         g_dt, g_g, g_pos, g_tdt, g_y, g_wt, g_item)
         for b in range(n_batches[e]):
             wc = precompute(w, opts)  # the model's per-weight constants, once per batch
             gwc = np.zeros(len(wc))
@@ -307,14 +254,10 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
             nt = 0
             for pos in range(bounds[e, b], bounds[e, b + 1]):
                 it = orders[e, pos]
+                c = items[it, 0]
                 nt += items[it, 2] - items[it, 1]
-                if gather:
-                    card_loss_grad(wc, g_dt, g_g, g_item[pos, 0], items[it, 3], g_pos, g_tdt, g_y, g_wt,
-                                   g_item[pos, 1], g_item[pos, 2], buf, gwc)
-                else:
-                    c = items[it, 0]
-                    card_loss_grad(wc, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
-                                   items[it, 2], buf, gwc)
+                card_loss_grad(wc, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
+                               items[it, 2], buf, gwc)
             precompute_vjp(w, opts, wc, gwc, grad)
             scale = nt / n_targets
             for j in range(n_w):
