@@ -9,6 +9,10 @@ sequence once forward (storing the state after every review) and once backward (
 adds every target's loss gradient where that target reads the state. Models whose prediction depends on the whole
 history in a way no fixed-size state captures (DASH windows, ACT-R activations) define `card_loss_grad` and
 `card_predict` instead (same signatures as the engine's generic ones) and N_STATE = the scratch width they need.
+Such a model may also define `target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt) -> array` (one row
+per target): what its targets need that depends on the data alone (DASH's window counts). SeqEngine computes it
+once per Cards (a fit, a prediction, a loss call) and hands it to the card functions in place of t_dt, so no pass
+rebuilds it.
 
 Per-weight precomputation (optional): a model may define `precompute(w, opts) -> wc` and
 `precompute_vjp(w, opts, wc, gwc, gw)`. The engine calls precompute once per weight vector (per mini-batch, per
