@@ -21,7 +21,10 @@ Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length 
   (and the default, fallback) weights are rounded to 4 decimals. DASH's `state_dict` does not round.
 
 Engine plug-in: the features depend on the whole history, so each variant defines card_loss_grad / card_predict
-(contract: models/seq_model_stub.py): per target an O(history) loop — O(n²) per card of n ≤ 128 reviews per pass.
+(contract: models/seq_model_stub.py). DASH's and DASH[MCM]'s features depend on the data alone: their
+`target_inputs` (window_inputs: per target an O(history) walk, 8 log1p) runs once per fit or prediction, and a pass
+is then 9 multiply-adds, a sigmoid and a BCE per target. DASH[ACT-R]'s sum depends on w1: per target an O(history)
+loop in every pass.
 The engine compiles its kernels once per module that exports these names; the three variants live in this one file,
 so each is exposed as a small module object `models.dash.kernels_<variant>` registered in sys.modules at import.
 """
@@ -33,6 +36,7 @@ import math
 import sys
 import types
 
+import numpy as np
 from numba import njit
 
 from models.base import InadequateData, ReviewData
@@ -66,24 +70,46 @@ def window_features(seq_dt, seq_g, start, pos, t_dt, decay, f):
 
 
 @njit(cache=True)
-def windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, out, decay, with_grad):
-    """Loss (+ gradient into gw) or predictions (into out) of one card's targets."""
-    f = buf[0, 0]
-    lf = buf[0, 1]
+def window_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt, decay):
+    """ln(1 + x_k) of every target's 8 window features (row j: target j): they depend on the data alone, so the
+    engine computes them once per fit or prediction (the plug-in's `target_inputs`) instead of in every pass —
+    the O(history) window walk and 8 log1p per target were nearly all of a pass."""
+    out = np.empty((len(t_pos), 8))
+    f = np.empty(8)
+    for c in range(len(c_start)):
+        for j in range(c_tb[c], c_te[c]):
+            window_features(seq_dt, seq_g, c_start[c], t_pos[j], t_dt[j], decay, f)
+            for k in range(8):
+                out[j, k] = math.log1p(f[k])
+    return out
+
+
+@njit(cache=True)
+def dash_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
+    return window_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt, False)
+
+
+@njit(cache=True)
+def mcm_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
+    return window_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt, True)
+
+
+@njit(cache=True)
+def windows_card(w, lf, t_y, t_wt, tb, te, gw, out, with_grad):
+    """Loss (+ gradient into gw) or predictions (into out) of one card's targets; lf[j] = target j's ln(1 + x)
+    (window_inputs, which the engine passes in place of t_dt)."""
     loss = 0.0
     for j in range(tb, te):
-        window_features(seq_dt, seq_g, start, t_pos[j], t_dt[j], decay, f)
         z = w[8]
         for k in range(8):
-            lf[k] = math.log1p(f[k])
-            z += w[k] * lf[k]
+            z += w[k] * lf[j, k]
         p = sigmoid(z)
         if with_grad:
             lo, gp = bce(p, t_y[j], t_wt[j])
             loss += lo
             gz = gp * p * (1.0 - p)
             for k in range(8):
-                gw[k] += gz * lf[k]
+                gw[k] += gz * lf[j, k]
             gw[8] += gz
         else:
             out[j] = p
@@ -91,23 +117,14 @@ def windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, g
 
 
 @njit(cache=True)
-def dash_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
-    return windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, gw, False, True)
+def windows_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    """DASH's and DASH[MCM]'s card loss and gradient (t_dt: their window_inputs)."""
+    return windows_card(w, t_dt, t_y, t_wt, tb, te, gw, gw, True)
 
 
 @njit(cache=True)
-def dash_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, buf, out, out, False, False)
-
-
-@njit(cache=True)
-def mcm_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
-    return windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw, gw, True, True)
-
-
-@njit(cache=True)
-def mcm_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    windows_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, buf, out, out, True, False)
+def windows_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+    windows_card(w, t_dt, out, out, tb, te, out, out, False)  # labels and weights: unread placeholders
 
 
 # ------------------------------------------------------------------------------------------ DASH[ACT-R]
@@ -162,20 +179,22 @@ def actr_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out)
     actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, out, out, False)
 
 
-def _kernel_namespace(variant: str, loss_grad, predict) -> str:
+def _kernel_namespace(variant: str, loss_grad, predict, inputs=None) -> str:
     """Expose one variant's kernels as the module `models.dash.kernels_<variant>` (what seq_engine.instantiate
-    imports by name); returns that name."""
+    imports by name); returns that name. inputs: its target_inputs (models/seq_model_stub.py), if any."""
     name = f"{__name__}.kernels_{variant}"
     module = types.ModuleType(name, f"Engine kernels of {variant} (defined in {__name__}).")
     module.N_STATE = N_STATE
     module.card_loss_grad = loss_grad
     module.card_predict = predict
+    if inputs is not None:
+        module.target_inputs = inputs
     sys.modules[name] = module
     return name
 
 
-KERNELS_DASH = _kernel_namespace("dash", dash_card_loss_grad, dash_card_predict)
-KERNELS_MCM = _kernel_namespace("mcm", mcm_card_loss_grad, mcm_card_predict)
+KERNELS_DASH = _kernel_namespace("dash", windows_card_loss_grad, windows_card_predict, dash_inputs)
+KERNELS_MCM = _kernel_namespace("mcm", windows_card_loss_grad, windows_card_predict, mcm_inputs)
 KERNELS_ACTR = _kernel_namespace("actr", actr_card_loss_grad, actr_card_predict)
 
 

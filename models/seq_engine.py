@@ -9,8 +9,10 @@ A model plugs in with its step function and its vector-Jacobian products written
 contract: models/seq_model_stub.py); `instantiate` compiles the engine's kernels (models/seq_engine_kernels.py) for
 that model. What depends only on the weights is hoisted out of the per-review loop by the model's optional
 `precompute` (once per mini-batch / call, with its own VJP folding the constants' adjoints back into the gradient);
-a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ) and fuse a target's curve
-and BCE (target_loss / target_loss_vjp). Models that define none of these run exactly as before. The trainer minimises upstream's objective
+a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ), fuse a target's curve
+and BCE (target_loss / target_loss_vjp), and compute a target read at the next review's elapsed time with that
+step (step_target / step_target_vjp). Models that define none of these run exactly as before. The trainer
+minimises upstream's objective
     L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)
 with Adam (lr 4e-2), a per-step cosine schedule over mini-batches of whole cards (≈ batch_size targets, order
 shuffled per epoch with a seeded numpy Generator), the model's clip box after every step, frozen parameters
@@ -42,6 +44,10 @@ _CUSTOM_BEGIN = "# ---- CUSTOM-CARD-BEGIN"
 _CUSTOM_END = "# ---- CUSTOM-CARD-END"
 _TARGET_BEGIN = "# ---- DEFAULT-TARGET-BEGIN"
 _TARGET_END = "# ---- DEFAULT-TARGET-END"
+_PLAIN_BEGIN = "# ---- PLAIN-LOSS-BEGIN"
+_PLAIN_END = "# ---- PLAIN-LOSS-END"
+_FUSED_BEGIN = "# ---- STEP-TARGET-BEGIN"
+_FUSED_END = "# ---- STEP-TARGET-END"
 _INSTANCES: dict[str, object] = {}
 
 
@@ -114,6 +120,11 @@ def instantiate(model_module: str):
         if hasattr(model, "target_loss_vjp"):
             source = _cut(source, _TARGET_BEGIN, _TARGET_END)
             names += ["target_loss", "target_loss_vjp"]
+        if hasattr(model, "step_target_vjp"):
+            source = _cut(source, _PLAIN_BEGIN, _PLAIN_END)
+            names += ["step_target", "step_target_vjp"]
+        else:
+            source = _cut(source, _FUSED_BEGIN, _FUSED_END)
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
     binding = f"from {model_module} import {', '.join(names)}"
@@ -204,6 +215,15 @@ def training_cards(train: ReviewData, weights, max_seq_len: int, keep: np.ndarra
     return Cards(train, weights, use)
 
 
+def with_target_inputs(cards: Cards, model_module: str) -> Cards:
+    """`cards` with t_dt replaced by the model's target_inputs (row j: target j's inputs) when it defines them;
+    the engine's kernels only hand t_dt through to the model's card functions, which read it as they like."""
+    fn = getattr(importlib.import_module(model_module), "target_inputs", None)
+    if fn is not None:
+        cards.t_dt = fn(cards.seq_dt, cards.seq_g, cards.c_start, cards.c_tb, cards.c_te, cards.t_pos, cards.t_dt)
+    return cards
+
+
 def share_card_prefixes(targets: np.ndarray, chunk: np.ndarray, cards: "Cards") -> tuple[np.ndarray, np.ndarray]:
     """Work items for upstream's length batches with each card's targets within one batch merged into one item
     (card, first target, end, states needed), so that a model which replays a target's whole history (ACT-R:
@@ -255,9 +275,14 @@ class SeqEngine:
             project(w)
         return w
 
+    def cards(self, data: ReviewData, weights=None, keep: np.ndarray | None = None) -> Cards:
+        """Cards of `data`, with the model's per-target inputs in place of t_dt when it defines `target_inputs`
+        (models/seq_model_stub.py: data-only features computed once here, not in every pass)."""
+        return with_target_inputs(Cards(data, weights, keep), self.model_module)
+
     def predict(self, w, data: ReviewData) -> np.ndarray:
         """P(recall) for every row of `data`, in row order (NaN for a row without history)."""
-        cards = Cards(data)
+        cards = self.cards(data)
         out = np.full(len(data), np.nan)
         p = np.empty(len(cards.t_row))
         self.k.predict_cards(self._w(w), self.opts, *cards.args(), cards.max_n, p)
@@ -270,7 +295,7 @@ class SeqEngine:
         with history length ≤ max_seq_len when given)."""
         w = self._w(w)
         keep = None if max_seq_len is None else column(data.rows, "seq_pos") <= max_seq_len
-        cards = Cards(data, weights, keep)
+        cards = self.cards(data, weights, keep)
         grad = np.zeros(len(w))
         loss = self.k.loss_grad_cards(w, self.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad)
         if sigma is not None:
@@ -305,7 +330,7 @@ class SeqEngine:
         # upstream sets recency weights on the whole training frame, before any row is dropped
         if weights is None:
             weights = recency_weights(len(train)) if getattr(cfg, "recency", False) else None
-        cards = training_cards(train, weights, max_seq_len, keep)
+        cards = with_target_inputs(training_cards(train, weights, max_seq_len, keep), self.model_module)
         n_cards = len(cards.c_start)
         if n_cards == 0 or n_epoch <= 0:
             return w0

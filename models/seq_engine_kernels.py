@@ -12,7 +12,9 @@ after its t_pos[j]-th review (index t_pos[j]-1) and its own elapsed time t_dt[j]
 Every entry point takes the raw weights w and the model's run-time options, calls the model's `precompute(w, opts)`
 once (per call, or per mini-batch in adam_fit) and hands the result wc to the per-card functions; the gradient is
 accumulated against wc and folded back into w's by `precompute_vjp` (the stub's defaults: wc is w, a plain copy).
-Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines.
+Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines: its own
+card loops (CUSTOM-CARD instead of GENERIC-CARD), its own target loss (DEFAULT-TARGET out), a fused step and target
+(STEP-TARGET instead of PLAIN-LOSS).
 """
 
 # ruff: noqa: F405, F811  (the model's names come from the rebound star import; one of the two card_loss sections
@@ -60,6 +62,7 @@ def forward_card(w, seq_dt, seq_g, start, n, states):
         step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
 
 
+# ---- PLAIN-LOSS-BEGIN (left out when the model defines step_target / step_target_vjp)
 @njit(cache=True)
 def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
     """Σ weight·BCE over the card's targets; adds d/dw into gw. One forward and one reverse pass over the card."""
@@ -80,6 +83,60 @@ def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, b
             gstates[k - 1, i] += gprev[i]
     init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
     return loss
+# ---- PLAIN-LOSS-END
+
+# ---- STEP-TARGET-BEGIN (only when the model defines step_target / step_target_vjp)
+@njit(cache=True)
+def same_time(a, b):
+    """a and b the same float, a signed zero included: a target at elapsed time a may share the step taken at b."""
+    return a == b and (a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
+
+
+@njit(cache=True)
+def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+    """Σ weight·BCE over the card's targets; adds d/dw into gw. One forward and one reverse pass over the card.
+    Step k also computes the first target that reads the state before review k (t_pos == k; targets are sorted by
+    t_pos) when that target's elapsed time is the review's own (step_target: the step computes its curve anyway),
+    and its adjoint joins the step's reverse pass (step_target_vjp); that is every target but a card's last in the
+    usual layout (a target's delta_t is the next review's). Any other target goes through target_loss_vjp. The
+    result is the plain loop's up to rounding (sums in another order).
+    buf[2][k][0] records which target step k took (−1: none) for the two later loops (row 0 is gprev): deciding
+    it again there from t_pos / t_dt made FSRS-7's loss and gradient ~10% slower (interleaved runs)."""
+    states = buf[0]
+    gstates = buf[1]
+    took = buf[2]
+    gprev = buf[2][0]
+    init(w, seq_g[start], seq_dt[start], states[0])
+    loss = 0.0
+    j = tb
+    for k in range(1, n):  # step k reads states[k - 1], as do the targets with t_pos == k
+        while j < te and t_pos[j] < k:
+            j += 1
+        if j < te and t_pos[j] == k and same_time(t_dt[j], seq_dt[start + k]):
+            took[k, 0] = j
+            loss += step_target(w, states[k - 1], seq_dt[start + k], seq_g[start + k], t_y[j], t_wt[j], states[k])
+        else:
+            took[k, 0] = -1.0
+            step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
+    for k in range(n):
+        for i in range(N_ADJ):
+            gstates[k, i] = 0.0
+    for j in range(tb, te):
+        k = t_pos[j]
+        if k >= n or took[k, 0] != j:
+            loss += target_loss_vjp(w, states[k - 1], t_dt[j], t_y[j], t_wt[j], gstates[k - 1], gw)
+    for k in range(n - 1, 0, -1):
+        jf = int(took[k, 0])
+        if jf >= 0:
+            step_target_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], t_y[jf], t_wt[jf], states[k],
+                            gstates[k], gprev, gw)
+        else:
+            step_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k], gstates[k], gprev, gw)
+        for i in range(N_ADJ):
+            gstates[k - 1, i] += gprev[i]
+    init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
+    return loss
+# ---- STEP-TARGET-END
 
 
 @njit(cache=True)

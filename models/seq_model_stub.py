@@ -9,6 +9,10 @@ sequence once forward (storing the state after every review) and once backward (
 adds every target's loss gradient where that target reads the state. Models whose prediction depends on the whole
 history in a way no fixed-size state captures (DASH windows, ACT-R activations) define `card_loss_grad` and
 `card_predict` instead (same signatures as the engine's generic ones) and N_STATE = the scratch width they need.
+Such a model may also define `target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt) -> array` (one row
+per target): what its targets need that depends on the data alone (DASH's window counts). SeqEngine computes it
+once per Cards (a fit, a prediction, a loss call) and hands it to the card functions in place of t_dt, so no pass
+rebuilds it.
 
 Per-weight precomputation (optional): a model may define `precompute(w, opts) -> wc` and
 `precompute_vjp(w, opts, wc, gwc, gw)`. The engine calls precompute once per weight vector (per mini-batch, per
@@ -95,4 +99,21 @@ def target_loss_vjp(w, state, t, y, wt, gstate, gw):
     engine's default composes curve, kernel_math.bce and curve_vjp; a model defines it to share work between the
     three (FSRS-6 works on ln R, one log1p per target). It must keep torch's BCE (logs floored at −100) wherever
     the model's curve can reach those values."""
+    raise NotImplementedError
+
+
+def step_target(w, prev, t, g, y, wt, out):
+    """Optional, with step_target_vjp: step(w, prev, t, g, out) and, returned, weight·BCE(curve(w, prev, t), y) of
+    the target that reads `prev` at the step's own elapsed time t. Why: a model's curve often recomputes what its
+    step computes from the same state and time (FSRS-7's retention, SBD's recall); fused, that target costs its
+    BCE only. The engine's generic card loop (seq_engine_kernels' STEP-TARGET section) sends the first target
+    with t_pos == k through step k's step_target when its delta_t equals that review's (every target but a
+    card's last, in the usual layout); any other target through target_loss_vjp. models/traced.py generates
+    both for a model file."""
+    raise NotImplementedError
+
+
+def step_target_vjp(w, prev, t, g, y, wt, new, gnew, gprev, gw):
+    """Optional, with step_target: gprev[:] = (gnew · ∂step/∂prev + ∂BCE/∂prev) (overwrite); gw += the same
+    products for w. `new` is step_target's output (its stash, as step_vjp's)."""
     raise NotImplementedError

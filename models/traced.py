@@ -45,9 +45,9 @@ written with a handful of torch ops, so it can be read as an expression graph an
      step's own elapsed time, one function of the shared graph. A model's curve usually recomputes what its step
      already computes from the same state and time (FSRS-7's retention, SBD's recall), and hash-consing makes
      those the same nodes, so such a target costs its clamp and its log, and its adjoint joins the step's reverse
-     pass. The plug-in therefore brings its own card loops (card_loss_grad / card_predict, the engine's generic
-     ones otherwise): a target whose delta_t is the next review's (every target but a card's last, in the usual
-     layout) goes through step_target, any other through target_loss_vjp;
+     pass. The engine's generic card loop takes them (seq_engine_kernels' STEP-TARGET section): a target whose
+     delta_t is the next review's (every target but a card's last, in the usual layout) goes through
+     step_target, any other through target_loss_vjp;
    - clamp(clamp(x, lo, hi), lo, hi) with constant bounds is recorded as the inner clamp (same value and
      gradient), so a helper that clamps again does not split a shared value (SBD's step clamps t, then _recall
      clamps it again; the curve clamps once).
@@ -1007,7 +1007,6 @@ def generate(traces: dict, source: str = "a model file") -> str:
             parts.append(_function("target_loss_vjp", "w, state, t, y, wt, gstate, gw",
                                    fwd + [f"    lo, gp = bce({p}, y, wt)"] + back + ["    return lo"]))
     parts.append(_step_target(traces, orders["step_target"], leaves, stash["step_target"], n_w))
-    parts.append(_CARD_FUNCTIONS)
     if "clip" in traces:
         tr = traces["clip"]
         order = _needed(tr.graph.nodes, tr.outputs)
@@ -1044,68 +1043,6 @@ def _step_target(traces: dict, order: list[int], leaves: dict, stash: list[str],
     pre += [f"    gprev[{i}] = 0.0" for i in range(n_state)]
     back = _backward_lines(step, order, act, seeds, sink)
     return forward + _function("step_target_vjp", "w, prev, t, g, y, wt, new, gnew, gprev, gw", fwd + pre + back)
-
-
-# The plug-in's own card loops (seq_model_stub: card_loss_grad / card_predict), the engine's generic ones with
-# step_target where a target reads the state a step starts from at that step's elapsed time (every target but a
-# card's last in the usual layout, where a target's delta_t is the next review's). buf[2][k][0] records which target
-# step k took (−1: none); row 0 is gprev. Results: the generic loops' up to rounding (sums in another order).
-_CARD_FUNCTIONS = f'''
-
-{_JIT}
-def same_time(a, b):
-    """a and b the same float (a signed zero too): a target at b may share the step at a."""
-    return a == b and (a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
-
-
-{_JIT}
-def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
-    """Σ weight·BCE over the card's targets; adds d/dw into gw. One forward and one reverse pass over the card."""
-    states = buf[0]
-    gstates = buf[1]
-    gprev = buf[2][0]
-    init(w, seq_g[start], seq_dt[start], states[0])
-    loss = 0.0
-    j = tb
-    for k in range(1, n):  # step k reads states[k - 1], as do the targets at t_pos == k
-        while j < te and t_pos[j] < k:
-            j += 1
-        if j < te and t_pos[j] == k and same_time(t_dt[j], seq_dt[start + k]):
-            buf[2][k][0] = j
-            loss += step_target(w, states[k - 1], seq_dt[start + k], seq_g[start + k], t_y[j], t_wt[j], states[k])
-        else:
-            buf[2][k][0] = -1.0
-            step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
-    for k in range(n):
-        for i in range(N_ADJ):
-            gstates[k, i] = 0.0
-    for j in range(tb, te):
-        k = t_pos[j]
-        if k >= n or buf[2][k][0] != j:
-            loss += target_loss_vjp(w, states[k - 1], t_dt[j], t_y[j], t_wt[j], gstates[k - 1], gw)
-    for k in range(n - 1, 0, -1):
-        jf = int(buf[2][k][0])
-        if jf >= 0:
-            step_target_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], t_y[jf], t_wt[jf], states[k],
-                            gstates[k], gprev, gw)
-        else:
-            step_vjp(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k], gstates[k], gprev, gw)
-        for i in range(N_ADJ):
-            gstates[k - 1, i] += gprev[i]
-    init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
-    return loss
-
-
-{_JIT}
-def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    """out[j] = P(recall) of each target of the card (one forward pass)."""
-    states = buf[0]
-    init(w, seq_g[start], seq_dt[start], states[0])
-    for k in range(1, n):
-        step(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
-    for j in range(tb, te):
-        out[j] = curve(w, states[t_pos[j] - 1], t_dt[j])
-'''
 
 
 def _precompute(tr: Trace, hoist: list[int], n_w: int) -> str:
