@@ -104,6 +104,17 @@ def _cut(source: str, begin: str, end: str) -> str:
     return source[:a] + source[b:]
 
 
+def _source_digest(module) -> str:
+    """A digest of the plug-in's own source file, written into its engine copy. numba checks a cached kernel against
+    the kernel's file only, and the cache folder (models/__init__.py) follows models/*.py only: a plug-in outside
+    models/ (a researcher's file, a test's) that changed would otherwise meet the engine compiled for its old
+    functions. With the digest in the copy, a changed plug-in gets a new copy and compiles afresh."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return "none"
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
+
+
 def instantiate(model_module: str):
     """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py)."""
     if model_module in _INSTANCES:
@@ -135,6 +146,7 @@ def instantiate(model_module: str):
     else:  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
+    binding += f"\n# plug-in source {_source_digest(model)}"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module
     return module

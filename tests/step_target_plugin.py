@@ -3,8 +3,8 @@ tests/test_step_target.py: one stability S, R = e^{−t/S};
     init:  S = w[g − 1]
     step:  S' = S·(w4 + w5·(1 − R)) after a success (g > 1), S' = w6·S + 1 after a lapse (g = 1), R = e^{−t/S}
 The step keeps R in state[1] for its reverse pass (N_ADJ = 1), so the target read at the step's own elapsed time
-costs only its BCE. After editing this file, delete .cache/: numba's cache folder is named after models/*.py
-(models/__init__.py), so the engine compiled around these functions would otherwise be reused as it was."""
+costs only its BCE. Its engine copy carries a digest of this file (seq_engine._source_digest), so an edit here
+compiles the engine afresh."""
 
 import math
 
