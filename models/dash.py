@@ -131,6 +131,16 @@ def windows_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, o
 
 @njit(cache=True)
 def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, with_grad):
+    """Loss (+ gradient into gw) or predictions (into out) of one card's targets; per target an O(history) sum over
+    its past reviews, newest first, Δ_j built by the same additions as upstream's reverse cumulative sum.
+    Δ^(−w1) is exp(−w1·ln Δ) from the one ln Δ that dS/dw1 needs anyway (was `delta ** -w1` plus a log: a pow
+    call is about twice an exp, and ln Δ was computed in prediction too): fit 1.6× faster on a simulated 45k-review
+    user (mean history 5.4), the same numbers to rounding (pow and exp∘log differ in the last bits; the fitted
+    weights, rounded to 4 decimals, came out equal: embedded data, 45k-review user, sim36). Tried and slower on such short histories: the pairs in a
+    vectorised loop (vec_math-style log and exp over per-target arrays) — fast per pair (~2.5×) but the arrays,
+    as views of the engine's scratch, cost more per target (reference counts) than 5 pairs save; a branch-free
+    scalar loop (selects instead of the two tests) was no faster."""
+    neg_w1 = -w[1]
     loss = 0.0
     for j in range(tb, te):
         s = 0.0
@@ -140,15 +150,16 @@ def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, 
         delta = t_dt[j]
         for i in range(t_pos[j] - 1, -1, -1):
             if delta > ACTR_MIN_DELTA:
-                pw = delta ** (-w[1])
+                ld = math.log(delta)
+                pw = math.exp(neg_w1 * ld)
                 if seq_g[start + i] > 1:
                     s += pw * w[3]
                     ds_succ += pw
-                    ds1 -= math.log(delta) * pw * w[3]
+                    ds1 -= ld * pw * w[3]
                 else:
                     s += pw * w[2]
                     ds_fail += pw
-                    ds1 -= math.log(delta) * pw * w[2]
+                    ds1 -= ld * pw * w[2]
             delta += seq_dt[start + i]
         u = max(s, 0.0)
         lu = math.log1p(u)
