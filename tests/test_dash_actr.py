@@ -230,3 +230,32 @@ def test_cli_rows_on_embedded_data(tmp_path):
         lines, _ = read_results(tmp_path / f"{cfg.name}.jsonl")
         assert 0 < lines[0]["metrics"]["LogLoss"] < 1
     assert (tmp_path / "DASH-short.jsonl").exists() and (tmp_path / "ACT-R-upstream-trainer.jsonl").exists()
+
+
+def test_dash_actr_long_history_by_hand_predictions_and_w1_gradient():
+    """The kernel takes Δ^(−w1) as exp(−w1·ln Δ) (models/dash.py): on a 300-review card with same-day reviews,
+    intervals around the 0.1 cut and up to years, every target's prediction equals upstream's formula with `**`
+    computed here in numpy, and dLoss/dw1 (the one term that needs ln Δ) equals a central finite difference."""
+    rng = np.random.default_rng(7)
+    n = 300
+    dts = np.concatenate([[0.0], rng.choice([0.0, 0.04, 0.1, 0.11, 1.0, 3.5, 40.0, 700.0], n - 1)])
+    gs = rng.integers(1, 5, n).astype(np.int8)
+    pos = np.arange(1, n)
+    target_dt = dts[1:] + rng.choice([0.0, 0.05, 2.0], n - 1)
+    rows = pd.DataFrame({"card_id": 0, "delta_t": target_dt, "y": (rng.random(n - 1) < 0.7).astype(int),
+                         "i": pos + 1, "seq_start": 0, "seq_pos": pos})
+    data = ReviewData(rows, dts, gs)
+    model = DASHACTR(RunConfig(algo="DASH[ACT-R]"))
+    w = np.array([1.3, 0.45, -0.2, 1.7, 0.9])
+    expected = []
+    for k, p in enumerate(pos):
+        delta = target_dt[k] + np.concatenate([np.cumsum(dts[1:p][::-1])[::-1], [0.0]])  # review j → target
+        kept = delta > 0.1
+        s = np.sum(np.where(gs[:p] > 1, w[3], w[2])[kept] * delta[kept] ** -w[1])
+        expected.append(sigmoid(w[0] * math.log1p(max(s, 0.0)) + w[4]))
+    np.testing.assert_allclose(model.engine.predict(w, data), expected, rtol=1e-12, atol=0)
+    _, grad = model.engine.loss_and_grad(w, data)
+    h = 1e-6
+    lo = model.engine.loss_and_grad(w - [0, h, 0, 0, 0], data)[0]
+    hi = model.engine.loss_and_grad(w + [0, h, 0, 0, 0], data)[0]
+    assert grad[1] == pytest.approx((hi - lo) / (2 * h), rel=1e-6)
