@@ -11,8 +11,9 @@ and the users' own time (sum of the result lines' time_ms) under each executor. 
 untimed run first.
 
 project: per-user cost of each row, measured on a small simulated set as the CPU time of `runner.evaluate_user` in
-this process (one thread; one untimed warm-up user per row, so compilation is not counted; CPU time, so other jobs
-on the machine do not inflate it): cost = a + b·reviews fitted per row by least squares over the users.
+this process (one thread; the smallest and the largest user run once untimed per row first, so compilation is
+not counted, also on the paths a user's size switches on; CPU time, so other jobs on the machine do not inflate
+it): cost = a + b·reviews fitted per row by least squares over the users.
 The whole table on the full data set (10,000 users, 727.7M raw reviews: the anki-revlogs-10k card) costs
 Σ_rows (10,000·a + b·727.7M) CPU-seconds; on N cores with largest-first scheduling the wall time is that / N, as
 long as the largest user fits (it does by far at these sizes). The fit is linear in reviews; a row whose cost
@@ -149,7 +150,8 @@ def project(args) -> None:
         for row in selected:
             cfg = rows.config_for(row, base)
             try:
-                runner.evaluate_user(order[0], cfg, data)  # warm-up: imports, compilation, caches
+                for user in dict.fromkeys((order[0], order[-1])):  # warm-up: imports, compilation, caches; both ends, since
+                    runner.evaluate_user(user, cfg, data)  # some paths start at a size (lowess' numba twin ≥ 2,000)
                 n, t = [], []
                 for user in order:
                     t0 = time.process_time()
