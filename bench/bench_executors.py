@@ -150,8 +150,9 @@ def project(args) -> None:
         for row in selected:
             cfg = rows.config_for(row, base)
             try:
-                for user in dict.fromkeys((order[0], order[-1])):  # warm-up: imports, compilation, caches; both ends, since
-                    runner.evaluate_user(user, cfg, data)  # some paths start at a size (lowess' numba twin ≥ 2,000)
+                # warm-up (imports, compilation, caches) at both ends: some paths start at a size (lowess ≥ 2,000)
+                for user in dict.fromkeys((order[0], order[-1])):
+                    runner.evaluate_user(user, cfg, data)
                 n, t = [], []
                 for user in order:
                     t0 = time.process_time()
