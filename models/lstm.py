@@ -73,7 +73,7 @@ import pandas as pd
 from models.base import InadequateData, ReviewData
 from models.card_fit import recipe
 from models.card_net import CardSet, CompiledNet, FlatNet, LazyClass, NeuralModel, pretrain_path
-from models.lstm_kernels import SHAPES, lstm_cards_loss
+from models.lstm_kernels import SHAPES, encode_rows, lstm_cards_loss
 
 N_HIDDEN = 20
 N_CURVES = 3
@@ -206,6 +206,16 @@ class LSTMSpec(CompiledNet):
 
     def step_features(self, data):
         return lstm_features(data)
+
+    def kernel_layout(self, cards: CardSet) -> tuple:
+        """cards.layout() with the network's 6 inputs of every sequence position in place of the raw features,
+        encoded once (lstm_kernels.encode_rows; kept on `cards` for these constants) rather than in each of the
+        fine-tune's 20 passes; the kernel then copies them (same values, same rounding)."""
+        layout, model = cards.layout(), self.model_consts()
+        cached = cards.__dict__.get("_lstm_inputs")
+        if cached is None or cached[0] != model[:4]:
+            cached = cards._lstm_inputs = (model[:4], encode_rows(layout[0], model))
+        return (cached[1], *layout[1:])
 
 
 class LSTMFlat(LSTMSpec, FlatNet):
