@@ -65,6 +65,7 @@ The torch module LSTMNet, the torch-stepped fine-tune layouts and Reptile are in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -295,9 +296,7 @@ def read_opt_state(command: str) -> tuple[np.ndarray, np.ndarray, int] | None:
     through torch); None for a fresh optimizer (no step taken)."""
     npz, pth = pretrain_path("LSTM_opt", ".npz"), pretrain_path("LSTM_opt")
     if npz.exists():
-        with np.load(npz) as f:
-            step = int(f["step"])
-            return (f["exp_avg"].astype(np.float64), f["exp_avg_sq"].astype(np.float64), step) if step else None
+        return _read_opt_npz(str(npz), npz.stat().st_mtime)
     if pth.exists():
         import torch
 
@@ -305,6 +304,20 @@ def read_opt_state(command: str) -> tuple[np.ndarray, np.ndarray, int] | None:
 
         return flat_opt_state(LSTMNet(), torch.load(pth, map_location="cpu", weights_only=True))
     raise FileNotFoundError(f"pretrained optimizer state {pth} not found; make it with: {command}")
+
+@lru_cache(maxsize=None)
+def _read_opt_npz(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """LSTM_opt.npz's state, read once per process and content (np.load per fold cost ~1 ms of a small user's ~15 ms
+    outside the kernels); read-only arrays, which fit_compiled copies."""
+    with np.load(path) as f:
+        step = int(f["step"])
+        if not step:
+            return None
+        m, v = f["exp_avg"].astype(np.float64), f["exp_avg_sq"].astype(np.float64)
+    m.setflags(write=False)
+    v.setflags(write=False)
+    return m, v, step
+
 
 # ----------------------------------------------------------------------------------------------- the Model
 
