@@ -46,16 +46,16 @@ a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass, sgemm �
 elementwise layers run flat took ≈ 0.94× per pass (same bits, P(recall) within 2e−16); the row's projection ≈ 31–33
 CPU-hours (≈ 15.5–16.5 s per 100k raw reviews) against ≈ 34–36 for the kernels before, back to back.
 
-What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of 2k–45k
-raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%, both at
-a near-constant ≈ 3–3.5 µs per packed row per pass (≈ 1.4 µs per row predicted) from folds of 350 rows to 34,000: no
-per-fold or per-user fixed cost inside. Of a pass, the per-call set-up (chunking, lockstep plan, packing) is ~1% and
-encoding the inputs (two logs per row) was another 1–2%, now done once per fit (`LSTMSpec.kernel_layout`). Outside
-the kernels ≈ 40–50 ms per user (loading and features twice, the equalized rows, five CardSets per side, metrics),
-~15% of a 2k-review user and ~3% of a 45k one. So the cost is linear with no intercept: a + b·reviews fitted to
-six users (bench/bench_executors.py project) gives a ≈ 0 (the fit's intercept comes out slightly negative, −0.1 s)
-and b ≈ 133–153 ms per 1k raw reviews (27–31 CPU-hours for 10,000 users; the spread is the shared machine's noise); an
-earlier a = 1.5 s per user was that fit's noise on six users, not a cost.
+What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
+2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,
+both at a near-constant ≈ 3–3.5 µs per packed row per pass (≈ 1.4 µs per row predicted) from folds of 350 rows to
+34,000: no per-fold or per-user fixed cost inside. Of a pass, the per-call set-up (chunking, lockstep plan, packing)
+is ~1% and encoding the inputs (two logs per row) was another 1–2%, now done once per fit
+(`LSTMSpec.kernel_layout`). Outside the kernels ≈ 40–50 ms per user (loading and features twice, the equalized rows,
+five CardSets per side, metrics), ~15% of a 2k-review user and ~3% of a 45k one. So the cost is linear with no
+intercept: a + b·reviews fitted to six users (bench/bench_executors.py project) gives a ≈ 0 (the fit's intercept
+comes out slightly negative, −0.1 s) and b ≈ 133–153 ms per 1k raw reviews (27–31 CPU-hours for 10,000 users; the
+spread is the shared machine's noise); an earlier a = 1.5 s per user was that fit's noise on six users, not a cost.
 
 Pretraining (`pretrain.py --model LSTM`, Reptile, SB reptile_trainer.train): input_mean/std from the training users
 (every review in the history of each card's last target); then outer steps over the users in turn (task =
