@@ -11,9 +11,8 @@ and the users' own time (sum of the result lines' time_ms) under each executor. 
 untimed run first.
 
 project: per-user cost of each row, measured on a small simulated set as the CPU time of `runner.evaluate_user` in
-this process (one thread; one untimed warm-up user per row and the metrics' compiled lowess, so compilation and
-first loads are not counted; CPU time, so other jobs on the machine do not inflate it): cost = a + b·reviews fitted
-per row by least squares over the users.
+this process (one thread; one untimed warm-up user per row, so compilation is not counted; CPU time, so other jobs
+on the machine do not inflate it): cost = a + b·reviews fitted per row by least squares over the users.
 The whole table on the full data set (10,000 users, 727.7M raw reviews: the anki-revlogs-10k card) costs
 Σ_rows (10,000·a + b·727.7M) CPU-seconds; on N cores with largest-first scheduling the wall time is that / N, as
 long as the largest user fits (it does by far at these sizes). The fit is linear in reviews; a row whose cost
@@ -127,17 +126,6 @@ def overhead(args) -> None:
               f"(users' own time: local {lwork:.1f} s, dask {dwork:.1f} s)")
 
 
-def warm_metrics() -> None:
-    """The ICI's numba lowess (metrics.ici, from LOWESS_KERNEL_MIN test predictions on) loaded once before timing:
-    the warm-up user is the smallest and stays below that size, so the kernel's import and first call (0.1–0.6 s measured)
-    otherwise landed on the first measured user above it and raised every compiled row's intercept `a`."""
-    import metrics
-
-    rng = np.random.default_rng(0)
-    p = rng.uniform(0.05, 0.95, metrics.LOWESS_KERNEL_MIN)
-    metrics.ici((rng.random(len(p)) < p).astype(np.float64), p)
-
-
 def project(args) -> None:
     import rows
     import local_pool
@@ -162,7 +150,6 @@ def project(args) -> None:
             cfg = rows.config_for(row, base)
             try:
                 runner.evaluate_user(order[0], cfg, data)  # warm-up: imports, compilation, caches
-                warm_metrics()
                 n, t = [], []
                 for user in order:
                     t0 = time.process_time()
