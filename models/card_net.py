@@ -81,6 +81,11 @@ class CompiledNet:
         raise NotImplementedError
 
     # --- compiled calls ---------------------------------------------------------------------------------------
+    def kernel_layout(self, cards: "CardSet") -> tuple:
+        """The layout fit_compiled hands the kernel: cards.layout(), unless the network prepares its inputs once per
+        fit (the LSTM: models/lstm.py)."""
+        return cards.layout()
+
     def _call(self, layout, cards, theta, grad, p_out) -> float:
         want = grad is not None
         return type(self).card_loss(self.model_consts(), layout, np.asarray(cards, np.int64), theta, want,
@@ -104,7 +109,7 @@ class CompiledNet:
         lower, upper = self.param_bounds()
         m, v, step = (np.zeros(len(theta)), np.zeros(len(theta)), 0) if state is None else state
         m, v = np.array(m, dtype=np.float64), np.array(v, dtype=np.float64)
-        steps = loop_for(type(self).card_loss)(self.model_consts(), cards.layout(),
+        steps = loop_for(type(self).card_loss)(self.model_consts(), self.kernel_layout(cards),
                                                np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta,
                                                lower, upper, recipe, m, v, int(step))
         self.set_theta(theta)

@@ -46,6 +46,17 @@ a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass, sgemm �
 elementwise layers run flat took ≈ 0.94× per pass (same bits, P(recall) within 2e−16); the row's projection ≈ 31–33
 CPU-hours (≈ 15.5–16.5 s per 100k raw reviews) against ≈ 34–36 for the kernels before, back to back.
 
+What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
+2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,
+both at a near-constant ≈ 3–3.5 µs per packed row per pass (≈ 1.4 µs per row predicted) from folds of 350 rows to
+34,000: no per-fold or per-user fixed cost inside. Of a pass, the per-call set-up (chunking, lockstep plan, packing)
+is ~1% and encoding the inputs (two logs per row) was another 1–2%, now done once per fit
+(`LSTMSpec.kernel_layout`). Outside the kernels ≈ 40–50 ms per user (loading and features twice, the equalized rows,
+five CardSets per side, metrics), ~15% of a 2k-review user and ~3% of a 45k one. So the cost is linear with no
+intercept: a + b·reviews fitted to six users (bench/bench_executors.py project) gives a ≈ 0 (the fit's intercept
+comes out slightly negative, −0.1 s) and b ≈ 133–153 ms per 1k raw reviews (27–31 CPU-hours for 10,000 users; the
+spread is the shared machine's noise); an earlier a = 1.5 s per user was that fit's noise on six users, not a cost.
+
 Pretraining (`pretrain.py --model LSTM`, Reptile, SB reptile_trainer.train): input_mean/std from the training users
 (every review in the history of each card's last target); then outer steps over the users in turn (task =
 step mod users): a learner copy adapts with AdamW(betas (0, 0.999), weight decay 0.03, state carried from task to
@@ -65,6 +76,7 @@ The torch module LSTMNet, the torch-stepped fine-tune layouts and Reptile are in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +85,7 @@ import pandas as pd
 from models.base import InadequateData, ReviewData
 from models.card_fit import recipe
 from models.card_net import CardSet, CompiledNet, FlatNet, LazyClass, NeuralModel, pretrain_path
-from models.lstm_kernels import SHAPES, lstm_cards_loss
+from models.lstm_kernels import SHAPES, encode_rows, lstm_cards_loss
 
 N_HIDDEN = 20
 N_CURVES = 3
@@ -207,6 +219,16 @@ class LSTMSpec(CompiledNet):
     def step_features(self, data):
         return lstm_features(data)
 
+    def kernel_layout(self, cards: CardSet) -> tuple:
+        """cards.layout() with the network's 6 inputs of every sequence position in place of the raw features,
+        encoded once (lstm_kernels.encode_rows; kept on `cards` for these constants) rather than in each of the
+        fine-tune's 20 passes; the kernel then copies them (same values, same rounding)."""
+        layout, model = cards.layout(), self.model_consts()
+        cached = cards.__dict__.get("_lstm_inputs")
+        if cached is None or cached[0] != model[:4]:
+            cached = cards._lstm_inputs = (model[:4], encode_rows(layout[0], model))
+        return (cached[1], *layout[1:])
+
 
 class LSTMFlat(LSTMSpec, FlatNet):
     """The LSTM without torch; the state dict's two buffers are kept beside the flat parameters."""
@@ -285,9 +307,7 @@ def read_opt_state(command: str) -> tuple[np.ndarray, np.ndarray, int] | None:
     through torch); None for a fresh optimizer (no step taken)."""
     npz, pth = pretrain_path("LSTM_opt", ".npz"), pretrain_path("LSTM_opt")
     if npz.exists():
-        with np.load(npz) as f:
-            step = int(f["step"])
-            return (f["exp_avg"].astype(np.float64), f["exp_avg_sq"].astype(np.float64), step) if step else None
+        return _read_opt_npz(str(npz), npz.stat().st_mtime)
     if pth.exists():
         import torch
 
@@ -295,6 +315,20 @@ def read_opt_state(command: str) -> tuple[np.ndarray, np.ndarray, int] | None:
 
         return flat_opt_state(LSTMNet(), torch.load(pth, map_location="cpu", weights_only=True))
     raise FileNotFoundError(f"pretrained optimizer state {pth} not found; make it with: {command}")
+
+@lru_cache(maxsize=None)
+def _read_opt_npz(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """LSTM_opt.npz's state, read once per process and content (np.load per fold cost ~1 ms of a small user's ~15 ms
+    outside the kernels); read-only arrays, which fit_compiled copies."""
+    with np.load(path) as f:
+        step = int(f["step"])
+        if not step:
+            return None
+        m, v = f["exp_avg"].astype(np.float64), f["exp_avg_sq"].astype(np.float64)
+    m.setflags(write=False)
+    v.setflags(write=False)
+    return m, v, step
+
 
 # ----------------------------------------------------------------------------------------------- the Model
 

@@ -64,3 +64,31 @@ def test_float32_finetune_stays_close_to_float64(user8_lstm):
     apart = np.abs(thetas["float32"] - thetas["float64"]).max()
     assert moved > 0.01
     assert apart < 1e-5 * moved  # measured: 4e−7 (one float32 rounding of the stored weights)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_inputs_encoded_once_change_nothing(user8_lstm, precision):
+    """The fine-tune hands the kernel its inputs encoded once (LSTMSpec.kernel_layout, lstm_kernels.encode_rows)
+    instead of the raw (Δt, duration, rating) it encodes per chunk: the same loss, P(recall) and gradient bit for
+    bit, and the encoded rows are the standardised logs and one-hot rating computed here with numpy."""
+    data = user8_lstm
+    net = flat_net(precision)
+    cards = CardSet(net, data, data.rows["seq_pos"].to_numpy() <= 64)
+    encoded = net.kernel_layout(cards)[0]
+    (m0, m1), (s0, s1) = net.normalisation()
+    raw = cards.feats
+    np.testing.assert_allclose(encoded[:, 0], (np.log(1e-5 + raw[:, 0]) - m0) / s0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(encoded[:, 1], (np.log(np.clip(raw[:, 1], 100, 60000)) - m1) / s1, rtol=1e-12,
+                               atol=1e-12)
+    np.testing.assert_array_equal(encoded[:, 2:], np.eye(4)[np.maximum(raw[:, 2].astype(int), 1) - 1])
+    assert net.kernel_layout(cards)[0] is encoded  # kept on the CardSet
+    order = np.random.RandomState(2).permutation(cards.n_cards)
+    out = []
+    for layout in (cards.layout(), net.kernel_layout(cards)):
+        p = np.full(len(cards.t_dt), np.nan)
+        g = np.zeros(lstm_kernels.N_PARAMS)
+        out.append((lstm_kernels.lstm_cards_loss(net.model_consts(), layout, order, net.theta(), True, g, p), p, g))
+    (l_raw, p_raw, g_raw), (l_enc, p_enc, g_enc) = out
+    assert l_raw == l_enc
+    np.testing.assert_array_equal(p_raw, p_enc)
+    np.testing.assert_array_equal(g_raw, g_enc)
