@@ -62,6 +62,7 @@ from models.kernel_math import adam_step, cosine_lr
 from models.target_batches import check_diverged, pad_histories, target_batches
 from models.torch_rng import BernoulliStream, TorchGenerator, portable_bernoulli
 from models.transformer_kernels import DROPOUT, PARAMS, batch_loss
+from models.transformer_lanes import LANES_MAX_WINDOW, batch_loss_lanes, lane_masks
 
 PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
 
@@ -113,6 +114,12 @@ def kernel_batch(theta: np.ndarray, t: np.ndarray, g: np.ndarray, lengths: np.nd
     compiled kernel; `masks` (kernel_masks) switch training mode on; `grad` (len N_PARAMS) receives the gradient
     added to it."""
     p = np.empty(t.shape[1])
+    if masks is not None and t.shape[0] <= LANES_MAX_WINDOW:  # training on a short window: targets side by side
+        loss = batch_loss_lanes(theta, np.ascontiguousarray(t, dtype=np.float64),
+                                np.ascontiguousarray(g, dtype=np.float64), np.asarray(dt, np.float64),
+                                np.asarray(y, np.float64), np.asarray(w, np.float64), lane_masks(masks),
+                                np.empty(0) if grad is None else grad, p)
+        return loss, p
     loss = batch_loss(theta, np.ascontiguousarray(t, dtype=np.float64), np.ascontiguousarray(g, dtype=np.float64),
                       np.asarray(lengths, np.int64), np.asarray(dt, np.float64), np.asarray(y, np.float64), np.asarray(w, np.float64),
                       _NO_MASKS if masks is None else masks, masks is not None,
