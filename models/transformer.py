@@ -46,10 +46,9 @@ The two trainers:
   per-position work of the many short-history batches: ≈ 78% of the training targets have windows under 8), the
   masks ≈ 1.2 s, prediction and the divergence check ≈ 0.6 s, start-up and the shared pipeline the rest.
   Then (issue #19) training batches of windows up to 20 run with their targets side by side
-  (models/transformer_lanes.py: the same operations per target, vectorised across targets; 1.4-2× a batch at
-  windows 2-14): predictions equal to ~5e-16 relative, Log Loss and RMSE(bins) equal to 1e-16 on the embedded and
-  6 sim36 users, AUC moved only through near-ties (largest 5e-6 embedded, 3e-5 on 6 sim36 users, 3e-4 on the
-  45k-review user); that user's CPU 1.2-1.3× less, paired.
+  (models/transformer_lanes.py: the same operations per target, vectorised across targets; ~2× a batch at windows
+  up to 11, 1.1-1.7× at 12-20): predictions equal to ~5e-16 relative, Log Loss and RMSE(bins) equal to 1e-16 on the
+  embedded and 6 sim36 users, AUC moved only through near-ties (largest 3e-5 embedded and on 6 sim36 users).
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)

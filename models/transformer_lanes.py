@@ -17,12 +17,13 @@ analytically, such as the key biases', are rounding noise in both). Training mod
 every padded position has its own masks, so nothing collapses); prediction stays per target.
 
 Measured (one synthetic batch of 512 targets, forward + reverse, old/new CPU time, paired, shared 2-core AMD EPYC):
-L = 2: 1.97×, 4: 1.76-1.84×, 6: 1.80×, 8: 1.54-1.75×, 10: 1.49×, 12: 1.38×, 14: 1.34×, 16: 1.03-1.07×,
-24: 0.97×, 32: 0.61× (the per-target kernel's loops over the L keys vectorise there, and the lane layout's
-[2, L, L, LANES] attention leaves the cache). On the real batches of a 45k-review simulated user (all five folds,
-kernel time summed per window): 1.6-1.8× at L <= 7, 1.4-1.5× at 8-14, 1.0-1.15× at 15-20, 0.88-1.08× beyond; so
-models/transformer.py runs this kernel up to LANES_MAX_WINDOW = 20. Forward alone: 1.57-1.97× at L = 2-8. Blocks
-of 32 and 64 lanes were within noise of each other at L <= 8, 32 slightly ahead at 16-24.
+L = 2: 2.9×, 4: 2.2×, 8: 2.1×, 16: 1.03×, 24: 0.99× (long windows are the L² attention loops, which the per-target
+kernel vectorises over the keys too). On the real batches of a 45k-review simulated user (all five folds, kernel
+time summed per window): 1.95-2.1× at L <= 7, 1.65-1.8× at 8-11, 1.45-1.7× at 12-15, 1.1-1.3× at 17-20, 0.98-1.09×
+at 24-36; so models/transformer.py runs this kernel up to LANES_MAX_WINDOW = 20. What made the difference:
+error_model="numpy" (numba's default checks every division for a zero divisor and raises, which kept each loop with
+a LayerNorm scalar: 1.5-2× at L 2-8 with it, the lanes' independent chains overlapping but not vectorised).
+Blocks of 32 and 64 lanes were within noise of each other at L <= 8, 32 slightly ahead at 16-24.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ def _ln_back(th, o, G, i, h0, h1, rstd, g0, g1):
     return rstd * (gh0 - mg - h0 * mgh), rstd * (gh1 - mg - h1 * mgh)
 
 
-@njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
+# error_model "numpy": a division is not checked for a zero divisor (the check and its exception kept every loop
+# with a LayerNorm scalar); the one divisor that can be 0, S = exp(·) underflowing, is checked as the per-target
+# kernel does (ZeroDivisionError)
+@njit(cache=True, fastmath={"reassoc", "contract", "nsz"}, error_model="numpy")
 def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
     """Σ weight·BCE of one training batch (transformer_kernels.batch_loss with train=True): t, g [L, B], dt, y, w
     [B], `masks` as lane_masks returns them. Writes every target's P(recall) to p_out; with `grad` non-empty
@@ -88,9 +92,8 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
     att = np.empty((2, L, L, W))
     rinv = np.empty((2, L, W))
     oh = np.empty((L, 2, W))
-    st = np.empty((L, 17, W))  # ln1 (y, x̂), ln2 (y, x̂), mem (y, x̂), 1/σ ×3, hpre ×2
+    st = np.empty((L, 21, W))  # ln1 (y, x̂), ln2 (y, x̂), mem (y, x̂), 1/σ ×3, hpre ×2, cross-attention k, v
     acc = np.empty((6, W))  # kmax, kmin, mx, tot, o per lane
-    kv = np.empty((L, 4, W))
     ca = np.empty((2, L, W))
     dec = np.empty((48, W))
     want = len(grad) > 0
@@ -98,6 +101,50 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
     gq = np.empty((L, 6, W))  # dL/d(q, k, v) of the cross-attention's keys (k, v), then of the encoder's qkv
     gmem = np.empty((L, 2, W))  # dL/d(encoder output)
     goh = np.empty((L, 2, W))  # dL/d(encoder head outputs)
+    # the weights the encoder's per-position loop reads, as locals: read from th inside a loop that stores, they
+    # would be loaded again every iteration and add to the overlap checks LLVM makes before it runs the vector loop
+    e_out_0 = th[E_OUT]
+    e_out_1 = th[E_OUT + 1]
+    e_out_4 = th[E_OUT + 4]
+    e_out_2 = th[E_OUT + 2]
+    e_out_3 = th[E_OUT + 3]
+    e_out_5 = th[E_OUT + 5]
+    e_n1_0 = th[E_N1]
+    e_n1_2 = th[E_N1 + 2]
+    e_n1_1 = th[E_N1 + 1]
+    e_n1_3 = th[E_N1 + 3]
+    e_l1_0 = th[E_L1]
+    e_l1_1 = th[E_L1 + 1]
+    e_l1_4 = th[E_L1 + 4]
+    e_l1_2 = th[E_L1 + 2]
+    e_l1_3 = th[E_L1 + 3]
+    e_l1_5 = th[E_L1 + 5]
+    e_l2_0 = th[E_L2]
+    e_l2_1 = th[E_L2 + 1]
+    e_l2_4 = th[E_L2 + 4]
+    e_l2_2 = th[E_L2 + 2]
+    e_l2_3 = th[E_L2 + 3]
+    e_l2_5 = th[E_L2 + 5]
+    e_n2_0 = th[E_N2]
+    e_n2_2 = th[E_N2 + 2]
+    e_n2_1 = th[E_N2 + 1]
+    e_n2_3 = th[E_N2 + 3]
+    e_nf_0 = th[E_NF]
+    e_nf_2 = th[E_NF + 2]
+    e_nf_1 = th[E_NF + 1]
+    e_nf_3 = th[E_NF + 3]
+    d_ca_4 = th[D_CA + 4]
+    d_ca_5 = th[D_CA + 5]
+    d_ca_14 = th[D_CA + 14]
+    d_ca_6 = th[D_CA + 6]
+    d_ca_7 = th[D_CA + 7]
+    d_ca_15 = th[D_CA + 15]
+    d_ca_8 = th[D_CA + 8]
+    d_ca_9 = th[D_CA + 9]
+    d_ca_16 = th[D_CA + 16]
+    d_ca_10 = th[D_CA + 10]
+    d_ca_11 = th[D_CA + 11]
+    d_ca_17 = th[D_CA + 17]
     total = 0.0
     for b0 in range(0, B, W):
         nb = min(W, B - b0)
@@ -135,40 +182,42 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
             for i in range(nb):
                 b = b0 + i
                 o0, o1 = oh[l, 0, i], oh[l, 1, i]
-                s0 = (th[E_OUT] * o0 + th[E_OUT + 1] * o1 + th[E_OUT + 4]) * (me1[l, 0, b] * KEEP_SCALE)
-                s1 = (th[E_OUT + 2] * o0 + th[E_OUT + 3] * o1 + th[E_OUT + 5]) * (me1[l, 1, b] * KEEP_SCALE)
+                s0 = (e_out_0 * o0 + e_out_1 * o1 + e_out_4) * (me1[l, 0, b] * KEEP_SCALE)
+                s1 = (e_out_2 * o0 + e_out_3 * o1 + e_out_5) * (me1[l, 1, b] * KEEP_SCALE)
                 a0, a1 = t[l, b] + s0, g[l, b] + s1
                 mu = 0.5 * (a0 + a1)
                 d0, d1 = a0 - mu, a1 - mu
                 rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
                 h0, h1 = d0 * rstd, d1 * rstd
-                a0 = h0 * th[E_N1] + th[E_N1 + 2]
-                a1 = h1 * th[E_N1 + 1] + th[E_N1 + 3]
+                a0 = h0 * e_n1_0 + e_n1_2
+                a1 = h1 * e_n1_1 + e_n1_3
                 st[l, 0, i], st[l, 1, i], st[l, 2, i], st[l, 3, i], st[l, 12, i] = a0, a1, h0, h1, rstd
-                hp0 = th[E_L1] * a0 + th[E_L1 + 1] * a1 + th[E_L1 + 4]
-                hp1 = th[E_L1 + 2] * a0 + th[E_L1 + 3] * a1 + th[E_L1 + 5]
+                hp0 = e_l1_0 * a0 + e_l1_1 * a1 + e_l1_4
+                hp1 = e_l1_2 * a0 + e_l1_3 * a1 + e_l1_5
                 st[l, 15, i], st[l, 16, i] = hp0, hp1
                 r0 = max(hp0, 0.0) * (mef[l, 0, b] * KEEP_SCALE)
                 r1 = max(hp1, 0.0) * (mef[l, 1, b] * KEEP_SCALE)
-                f0 = (th[E_L2] * r0 + th[E_L2 + 1] * r1 + th[E_L2 + 4]) * (me2[l, 0, b] * KEEP_SCALE)
-                f1 = (th[E_L2 + 2] * r0 + th[E_L2 + 3] * r1 + th[E_L2 + 5]) * (me2[l, 1, b] * KEEP_SCALE)
+                f0 = (e_l2_0 * r0 + e_l2_1 * r1 + e_l2_4) * (me2[l, 0, b] * KEEP_SCALE)
+                f1 = (e_l2_2 * r0 + e_l2_3 * r1 + e_l2_5) * (me2[l, 1, b] * KEEP_SCALE)
                 a0, a1 = a0 + f0, a1 + f1
                 mu = 0.5 * (a0 + a1)
                 d0, d1 = a0 - mu, a1 - mu
                 rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
                 h0, h1 = d0 * rstd, d1 * rstd
-                a0 = h0 * th[E_N2] + th[E_N2 + 2]
-                a1 = h1 * th[E_N2 + 1] + th[E_N2 + 3]
+                a0 = h0 * e_n2_0 + e_n2_2
+                a1 = h1 * e_n2_1 + e_n2_3
                 st[l, 4, i], st[l, 5, i], st[l, 6, i], st[l, 7, i], st[l, 13, i] = a0, a1, h0, h1, rstd
                 mu = 0.5 * (a0 + a1)
                 d0, d1 = a0 - mu, a1 - mu
                 rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
                 h0, h1 = d0 * rstd, d1 * rstd
-                a0 = h0 * th[E_NF] + th[E_NF + 2]
-                a1 = h1 * th[E_NF + 1] + th[E_NF + 3]
+                a0 = h0 * e_nf_0 + e_nf_2
+                a1 = h1 * e_nf_1 + e_nf_3
                 st[l, 8, i], st[l, 9, i], st[l, 10, i], st[l, 11, i], st[l, 14, i] = a0, a1, h0, h1, rstd
-                for j in range(4):
-                    kv[l, j, i] = (th[D_CA + 4 + 2 * j] * a0 + th[D_CA + 5 + 2 * j] * a1) + th[D_CA + 14 + j]
+                st[l, 17, i] = (d_ca_4 * a0 + d_ca_5 * a1) + d_ca_14
+                st[l, 18, i] = (d_ca_6 * a0 + d_ca_7 * a1) + d_ca_15
+                st[l, 19, i] = (d_ca_8 * a0 + d_ca_9 * a1) + d_ca_16
+                st[l, 20, i] = (d_ca_10 * a0 + d_ca_11 * a1) + d_ca_17
         # ------------------------------------------------------------------ decoder (target: one zero token)
         for i in range(nb):
             b = b0 + i
@@ -191,17 +240,17 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                 acc[2, i] = -np.inf
             for m in range(L):
                 for i in range(nb):
-                    acc[2, i] = max(acc[2, i], dec[7 + h, i] * kv[m, h, i])
+                    acc[2, i] = max(acc[2, i], dec[7 + h, i] * st[m, 17 + h, i])
             for i in range(nb):
                 b = b0 + i
                 q, mx = dec[7 + h, i], acc[2, i]
                 tot = 0.0
                 o = 0.0
                 for m in range(L):
-                    e = math.exp(q * kv[m, h, i] - mx)
+                    e = math.exp(q * st[m, 17 + h, i] - mx)
                     ca[h, m, i] = e
                     tot += e
-                    o += e * (mdc[h, m, b] * KEEP_SCALE) * kv[m, 2 + h, i]
+                    o += e * (mdc[h, m, b] * KEEP_SCALE) * st[m, 17 + 2 + h, i]
                 acc[3, i] = 1.0 / tot
                 dec[9 + h, i] = o * acc[3, i]
             for m in range(L):
@@ -248,6 +297,8 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
         for i in range(nb):
             b = b0 + i
             stab = math.exp(dec[30, i])
+            if stab == 0.0:
+                raise ZeroDivisionError("division by zero")
             base = 1.0 + FACTOR * dt[b] / stab
             p = base ** DECAY
             p_out[b] = p
@@ -296,8 +347,8 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                     a = ca[h, m, i]
                     dm = mdc[h, m, b0 + i] * KEEP_SCALE
                     gq[m, 2 + h, i] = go * a * dm
-                    gs = a * go * (dm * kv[m, 2 + h, i] - o)
-                    acc[0, i] += gs * kv[m, h, i]
+                    gs = a * go * (dm * st[m, 17 + 2 + h, i] - o)
+                    acc[0, i] += gs * st[m, 17 + h, i]
                     gq[m, h, i] = gs * q
             for i in range(nb):
                 dec[39 + h, i] = acc[0, i]
