@@ -193,6 +193,26 @@ def test_lane_kernel_equals_autograd_and_the_per_target_kernel():
         np.testing.assert_allclose(grad, grad_pt, rtol=0, atol=1e-13 * np.abs(grad_pt).max())
 
 
+def test_lane_kernel_fails_as_the_per_target_kernel_where_the_stability_underflows():
+    """The lane kernel skips numba's zero-divisor checks (error_model "numpy", so its loops vectorise) but keeps the
+    one division that can meet 0, Δt / S with S = exp(fc) underflowing: ZeroDivisionError like the per-target
+    kernel, whose divisions are all checked."""
+    theta = _net(4).theta()
+    fc = N_PARAMS - 3  # fc.weight (1, 2), then fc.bias
+    theta[fc:fc + 2] = 0.0
+    theta[fc + 2] = -1000.0  # exp(-1000) = 0
+    L, B = 3, 40
+    rng = np.random.default_rng(0)
+    t, g = rng.random((L, B)) * 10, rng.integers(1, 5, (L, B)).astype(float)
+    torch.manual_seed(0)
+    masks = kernel_masks(draw_masks(L, B))
+    ones = np.ones(B)
+    with pytest.raises(ZeroDivisionError):
+        kernel_batch(theta, t, g, np.full(B, L), ones, ones, ones, masks, np.zeros(N_PARAMS))
+    with pytest.raises(ZeroDivisionError):
+        batch_loss(theta, t, g, np.full(B, L), ones, ones, ones, masks, True, np.zeros(N_PARAMS), np.empty(B))
+
+
 def test_fine_tune_equals_the_torch_recipe(user8):
     """fit_compiled against training.train (keep="final") on the written-out module in float64, 2 epochs: the same
     batches, batch order, dropout masks, AdamW and cosine schedule, so the same final weights and predictions."""
