@@ -36,7 +36,7 @@ from numba import njit
 from models.gru_p import DECAY, FACTOR
 from models.kernel_math import bce
 from models.transformer_kernels import (D_CA, D_COUT, D_L1, D_L2, D_N1, D_N2, D_N3, D_NF, D_SA, D_SOUT, E_IN, E_L1,
-                                        E_L2, E_N1, E_N2, E_NF, E_OUT, FC, KEEP_SCALE, LN_EPS)
+                                        E_L2, E_N1, E_N2, E_NF, E_OUT, FC, LN_EPS)
 from models.vec_math import exp_nonpos1
 
 LANES = 32  # targets per block: the block's scratch stays in cache
@@ -51,9 +51,18 @@ def lane_masks(masks: tuple) -> tuple:
             c(me2.transpose(0, 2, 1)), c(mds.T), c(md1.T), c(mdc.transpose(1, 2, 0)), c(md2.T), c(mdf.T), c(md3.T))
 
 
+def no_dropout(length: int, batch: int) -> tuple:
+    """lane_masks' arrays all ones (every value kept; pass keep = 1.0): the lane kernel without dropout."""
+    L, B = length, batch
+    one = np.ones
+    return (one((2, L, L, B), np.uint8), *(one((L, 2, B), np.uint8),) * 3, one((2, B), np.uint8),
+            one((2, B), np.uint8), one((2, L, B), np.uint8), *(one((2, B), np.uint8),) * 3)
+
+
 @njit(cache=True, inline="always")
 def _lin2_back(th, o, G, i, x0, x1, g0, g1):
-    """Lane i's reverse of Linear(2→2) (transformer_kernels._lin2_back): dL/dW, dL/db into G[:, i]; returns Wᵀ·g."""
+    """Lane i's reverse of Linear(2→2) (transformer_kernels._lin2_back): dL/dW, dL/db into G[:, i]; returns
+    Wᵀ·g."""
     G[o, i] += g0 * x0
     G[o + 1, i] += g0 * x1
     G[o + 2, i] += g1 * x0
@@ -80,10 +89,11 @@ def _ln_back(th, o, G, i, h0, h1, rstd, g0, g1):
 # with a LayerNorm scalar); the one divisor that can be 0, S = exp(·) underflowing, is checked as the per-target
 # kernel does (ZeroDivisionError)
 @njit(cache=True, fastmath={"reassoc", "contract", "nsz"}, error_model="numpy")
-def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
-    """Σ weight·BCE of one training batch (transformer_kernels.batch_loss with train=True): t, g [L, B], dt, y, w
-    [B], `masks` as lane_masks returns them. Writes every target's P(recall) to p_out; with `grad` non-empty
-    (len N_PARAMS) ADDS the gradient to it."""
+def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
+    """Σ weight·BCE of one batch: t, g [L, B], dt, y, w [B], `masks` as lane_masks returns them, `keep` the scale of
+    a kept value (KEEP_SCALE: transformer_kernels.batch_loss with train=True; 1.0 with masks of ones: without
+    dropout, every padded position processed as a real one, unlike that kernel's collapsed evaluation). Writes
+    every target's P(recall) to p_out; with `grad` non-empty (len N_PARAMS) ADDS the gradient to it."""
     th = theta
     ma, me1, mef, me2, mds, md1, mdc, md2, mdf, md3 = masks
     L, B = t.shape
@@ -177,13 +187,13 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                 for i in range(nb):
                     inv = 1.0 / acc[3, i]
                     rinv[h, l, i] = inv
-                    oh[l, h, i] = acc[4, i] * KEEP_SCALE * inv
+                    oh[l, h, i] = acc[4, i] * keep * inv
         for l in range(L):
             for i in range(nb):
                 b = b0 + i
                 o0, o1 = oh[l, 0, i], oh[l, 1, i]
-                s0 = (e_out_0 * o0 + e_out_1 * o1 + e_out_4) * (me1[l, 0, b] * KEEP_SCALE)
-                s1 = (e_out_2 * o0 + e_out_3 * o1 + e_out_5) * (me1[l, 1, b] * KEEP_SCALE)
+                s0 = (e_out_0 * o0 + e_out_1 * o1 + e_out_4) * (me1[l, 0, b] * keep)
+                s1 = (e_out_2 * o0 + e_out_3 * o1 + e_out_5) * (me1[l, 1, b] * keep)
                 a0, a1 = t[l, b] + s0, g[l, b] + s1
                 mu = 0.5 * (a0 + a1)
                 d0, d1 = a0 - mu, a1 - mu
@@ -195,10 +205,10 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                 hp0 = e_l1_0 * a0 + e_l1_1 * a1 + e_l1_4
                 hp1 = e_l1_2 * a0 + e_l1_3 * a1 + e_l1_5
                 st[l, 15, i], st[l, 16, i] = hp0, hp1
-                r0 = max(hp0, 0.0) * (mef[l, 0, b] * KEEP_SCALE)
-                r1 = max(hp1, 0.0) * (mef[l, 1, b] * KEEP_SCALE)
-                f0 = (e_l2_0 * r0 + e_l2_1 * r1 + e_l2_4) * (me2[l, 0, b] * KEEP_SCALE)
-                f1 = (e_l2_2 * r0 + e_l2_3 * r1 + e_l2_5) * (me2[l, 1, b] * KEEP_SCALE)
+                r0 = max(hp0, 0.0) * (mef[l, 0, b] * keep)
+                r1 = max(hp1, 0.0) * (mef[l, 1, b] * keep)
+                f0 = (e_l2_0 * r0 + e_l2_1 * r1 + e_l2_4) * (me2[l, 0, b] * keep)
+                f1 = (e_l2_2 * r0 + e_l2_3 * r1 + e_l2_5) * (me2[l, 1, b] * keep)
                 a0, a1 = a0 + f0, a1 + f1
                 mu = 0.5 * (a0 + a1)
                 d0, d1 = a0 - mu, a1 - mu
@@ -221,10 +231,10 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
         # ------------------------------------------------------------------ decoder (target: one zero token)
         for i in range(nb):
             b = b0 + i
-            sv0 = th[D_SA + 12 + 4] * (mds[0, b] * KEEP_SCALE)
-            sv1 = th[D_SA + 12 + 5] * (mds[1, b] * KEEP_SCALE)
-            u0 = (th[D_SOUT] * sv0 + th[D_SOUT + 1] * sv1 + th[D_SOUT + 4]) * (md1[0, b] * KEEP_SCALE)
-            u1 = (th[D_SOUT + 2] * sv0 + th[D_SOUT + 3] * sv1 + th[D_SOUT + 5]) * (md1[1, b] * KEEP_SCALE)
+            sv0 = th[D_SA + 12 + 4] * (mds[0, b] * keep)
+            sv1 = th[D_SA + 12 + 5] * (mds[1, b] * keep)
+            u0 = (th[D_SOUT] * sv0 + th[D_SOUT + 1] * sv1 + th[D_SOUT + 4]) * (md1[0, b] * keep)
+            u1 = (th[D_SOUT + 2] * sv0 + th[D_SOUT + 3] * sv1 + th[D_SOUT + 5]) * (md1[1, b] * keep)
             mu = 0.5 * (u0 + u1)
             d0, d1 = u0 - mu, u1 - mu
             rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
@@ -250,7 +260,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                     e = math.exp(q * st[m, 17 + h, i] - mx)
                     ca[h, m, i] = e
                     tot += e
-                    o += e * (mdc[h, m, b] * KEEP_SCALE) * st[m, 17 + 2 + h, i]
+                    o += e * (mdc[h, m, b] * keep) * st[m, 17 + 2 + h, i]
                 acc[3, i] = 1.0 / tot
                 dec[9 + h, i] = o * acc[3, i]
             for m in range(L):
@@ -260,8 +270,8 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
             b = b0 + i
             co0, co1 = dec[9, i], dec[10, i]
             y0, y1 = dec[0, i], dec[1, i]
-            c0 = (th[D_COUT] * co0 + th[D_COUT + 1] * co1 + th[D_COUT + 4]) * (md2[0, b] * KEEP_SCALE)
-            c1 = (th[D_COUT + 2] * co0 + th[D_COUT + 3] * co1 + th[D_COUT + 5]) * (md2[1, b] * KEEP_SCALE)
+            c0 = (th[D_COUT] * co0 + th[D_COUT + 1] * co1 + th[D_COUT + 4]) * (md2[0, b] * keep)
+            c1 = (th[D_COUT + 2] * co0 + th[D_COUT + 3] * co1 + th[D_COUT + 5]) * (md2[1, b] * keep)
             a0, a1 = y0 + c0, y1 + c1
             mu = 0.5 * (a0 + a1)
             d0, d1 = a0 - mu, a1 - mu
@@ -273,11 +283,11 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
             hp0 = th[D_L1] * z0 + th[D_L1 + 1] * z1 + th[D_L1 + 4]
             hp1 = th[D_L1 + 2] * z0 + th[D_L1 + 3] * z1 + th[D_L1 + 5]
             dec[16, i], dec[17, i] = hp0, hp1
-            r0 = max(hp0, 0.0) * (mdf[0, b] * KEEP_SCALE)
-            r1 = max(hp1, 0.0) * (mdf[1, b] * KEEP_SCALE)
+            r0 = max(hp0, 0.0) * (mdf[0, b] * keep)
+            r1 = max(hp1, 0.0) * (mdf[1, b] * keep)
             dec[18, i], dec[19, i] = r0, r1
-            f0 = (th[D_L2] * r0 + th[D_L2 + 1] * r1 + th[D_L2 + 4]) * (md3[0, b] * KEEP_SCALE)
-            f1 = (th[D_L2 + 2] * r0 + th[D_L2 + 3] * r1 + th[D_L2 + 5]) * (md3[1, b] * KEEP_SCALE)
+            f0 = (th[D_L2] * r0 + th[D_L2 + 1] * r1 + th[D_L2 + 4]) * (md3[0, b] * keep)
+            f1 = (th[D_L2 + 2] * r0 + th[D_L2 + 3] * r1 + th[D_L2 + 5]) * (md3[1, b] * keep)
             a0, a1 = z0 + f0, z1 + f1
             mu = 0.5 * (a0 + a1)
             d0, d1 = a0 - mu, a1 - mu
@@ -323,11 +333,11 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
             G[FC + 2, i] += gz
             g0, g1 = _ln_back(th, D_NF, G, i, dec[27, i], dec[28, i], dec[29, i], gz * th[FC], gz * th[FC + 1])
             gr0, gr1 = _ln_back(th, D_N3, G, i, dec[22, i], dec[23, i], dec[24, i], g0, g1)
-            gf0 = gr0 * (md3[0, b] * KEEP_SCALE)
-            gf1 = gr1 * (md3[1, b] * KEEP_SCALE)
+            gf0 = gr0 * (md3[0, b] * keep)
+            gf1 = gr1 * (md3[1, b] * keep)
             gr_0, gr_1 = _lin2_back(th, D_L2, G, i, dec[18, i], dec[19, i], gf0, gf1)
-            gr_0 *= mdf[0, b] * KEEP_SCALE
-            gr_1 *= mdf[1, b] * KEEP_SCALE
+            gr_0 *= mdf[0, b] * keep
+            gr_1 *= mdf[1, b] * keep
             gh0 = gr_0 if dec[16, i] > 0.0 else 0.0
             gh1 = gr_1 if dec[17, i] > 0.0 else 0.0
             gl0, gl1 = _lin2_back(th, D_L1, G, i, dec[11, i], dec[12, i], gh0, gh1)
@@ -335,8 +345,8 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
             # cross-attention
             gr0, gr1 = _ln_back(th, D_N2, G, i, dec[13, i], dec[14, i], dec[15, i], gz0, gz1)
             dec[35, i], dec[36, i] = gr0, gr1
-            gc0 = gr0 * (md2[0, b] * KEEP_SCALE)
-            gc1 = gr1 * (md2[1, b] * KEEP_SCALE)
+            gc0 = gr0 * (md2[0, b] * keep)
+            gc1 = gr1 * (md2[1, b] * keep)
             dec[37, i], dec[38, i] = _lin2_back(th, D_COUT, G, i, dec[9, i], dec[10, i], gc0, gc1)
         for h in range(2):
             for i in range(nb):
@@ -345,7 +355,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                 for i in range(nb):
                     go, q, o = dec[37 + h, i], dec[7 + h, i], dec[9 + h, i]
                     a = ca[h, m, i]
-                    dm = mdc[h, m, b0 + i] * KEEP_SCALE
+                    dm = mdc[h, m, b0 + i] * keep
                     gq[m, 2 + h, i] = go * a * dm
                     gs = a * go * (dm * st[m, 17 + 2 + h, i] - o)
                     acc[0, i] += gs * st[m, 17 + h, i]
@@ -366,11 +376,11 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
             gy1 = dec[36, i] + th[D_CA + 1] * gq0 + th[D_CA + 3] * gq1
             # decoder self-attention: only the v bias and the out-projection see a gradient
             gu0, gu1 = _ln_back(th, D_N1, G, i, dec[2, i], dec[3, i], dec[4, i], gy0, gy1)
-            gu0 *= md1[0, b] * KEEP_SCALE
-            gu1 *= md1[1, b] * KEEP_SCALE
+            gu0 *= md1[0, b] * keep
+            gu1 *= md1[1, b] * keep
             gsv0, gsv1 = _lin2_back(th, D_SOUT, G, i, dec[5, i], dec[6, i], gu0, gu1)
-            G[D_SA + 16, i] += gsv0 * (mds[0, b] * KEEP_SCALE)
-            G[D_SA + 17, i] += gsv1 * (mds[1, b] * KEEP_SCALE)
+            G[D_SA + 16, i] += gsv0 * (mds[0, b] * keep)
+            G[D_SA + 17, i] += gsv1 * (mds[1, b] * keep)
         for m in range(L):
             for i in range(nb):
                 gm0, gm1 = 0.0, 0.0
@@ -390,21 +400,21 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                 gm0, gm1 = _ln_back(th, E_NF, G, i, st[l, 10, i], st[l, 11, i], st[l, 14, i], gmem[l, 0, i],
                                     gmem[l, 1, i])
                 gr0, gr1 = _ln_back(th, E_N2, G, i, st[l, 6, i], st[l, 7, i], st[l, 13, i], gm0, gm1)
-                gf0 = gr0 * (me2[l, 0, b] * KEEP_SCALE)
-                gf1 = gr1 * (me2[l, 1, b] * KEEP_SCALE)
+                gf0 = gr0 * (me2[l, 0, b] * keep)
+                gf1 = gr1 * (me2[l, 1, b] * keep)
                 hp0, hp1 = st[l, 15, i], st[l, 16, i]
-                r0 = max(hp0, 0.0) * (mef[l, 0, b] * KEEP_SCALE)
-                r1 = max(hp1, 0.0) * (mef[l, 1, b] * KEEP_SCALE)
+                r0 = max(hp0, 0.0) * (mef[l, 0, b] * keep)
+                r1 = max(hp1, 0.0) * (mef[l, 1, b] * keep)
                 gr_0, gr_1 = _lin2_back(th, E_L2, G, i, r0, r1, gf0, gf1)
-                gr_0 *= mef[l, 0, b] * KEEP_SCALE
-                gr_1 *= mef[l, 1, b] * KEEP_SCALE
+                gr_0 *= mef[l, 0, b] * keep
+                gr_1 *= mef[l, 1, b] * keep
                 gh0 = gr_0 if hp0 > 0.0 else 0.0
                 gh1 = gr_1 if hp1 > 0.0 else 0.0
                 gl0, gl1 = _lin2_back(th, E_L1, G, i, st[l, 0, i], st[l, 1, i], gh0, gh1)
                 ga0, ga1 = gr0 + gl0, gr1 + gl1
                 gs0, gs1 = _ln_back(th, E_N1, G, i, st[l, 2, i], st[l, 3, i], st[l, 12, i], ga0, ga1)
-                gs0 *= me1[l, 0, b] * KEEP_SCALE
-                gs1 *= me1[l, 1, b] * KEEP_SCALE
+                gs0 *= me1[l, 0, b] * keep
+                gs1 *= me1[l, 1, b] * keep
                 goh[l, 0, i], goh[l, 1, i] = _lin2_back(th, E_OUT, G, i, oh[l, 0, i], oh[l, 1, i], gs0, gs1)
         for h in range(2):
             for m in range(L):
@@ -419,7 +429,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, grad, p_out):
                     for i in range(nb):
                         go, q, o = acc[0, i], qkv[l, h, i], oh[l, h, i]
                         a = att[h, l, m, i]
-                        dm = ma[h, l, m, b0 + i] * KEEP_SCALE
+                        dm = ma[h, l, m, b0 + i] * keep
                         gq[m, 4 + h, i] += go * a * dm
                         gs = a * go * (dm * qkv[m, 4 + h, i] - o)
                         acc[1, i] += gs * qkv[m, 2 + h, i]

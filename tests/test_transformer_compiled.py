@@ -163,7 +163,8 @@ def test_lane_kernel_equals_autograd_and_the_per_target_kernel():
     a batch of 70 targets (two full blocks of LANES and a partial one) at windows 1, 5 and LANES_MAX_WINDOW:
     forward and gradient equal autograd of the module with the same masks (1e-12, 1e-9 of the largest component),
     and the per-target kernel (transformer_kernels.batch_loss, which kernel_batch runs for longer windows) to
-    rounding: the same operations per target, the gradient summed in another order."""
+    rounding: the same operations per target, the gradient summed in another order. Without dropout (lanes_eval)
+    too."""
     net = _net(4)
     theta = net.theta()
     rng = np.random.default_rng(5)
@@ -191,6 +192,14 @@ def test_lane_kernel_equals_autograd_and_the_per_target_kernel():
         np.testing.assert_allclose(p, p_pt, rtol=1e-14, atol=0)
         assert loss == pytest.approx(loss_pt, rel=1e-14)
         np.testing.assert_allclose(grad, grad_pt, rtol=0, atol=1e-13 * np.abs(grad_pt).max())
+        # without dropout (the divergence check's evaluation): autograd, and the per-target kernel's collapsed pass
+        loss, p = kernel_batch(theta, t, g, n, dt, y, w, None, lanes_eval=True)
+        ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, None)
+        np.testing.assert_allclose(p, ref_p.detach().numpy(), rtol=1e-12, atol=0)
+        assert loss == pytest.approx(float(ref_loss.detach()), rel=1e-12)
+        loss_pt, p_pt = kernel_batch(theta, t, g, n, dt, y, w, None)
+        np.testing.assert_allclose(p, p_pt, rtol=1e-14, atol=0)
+        assert loss == pytest.approx(loss_pt, rel=1e-14)
 
 
 def test_lane_kernel_fails_as_the_per_target_kernel_where_the_stability_underflows():
