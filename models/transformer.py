@@ -45,6 +45,12 @@ The two trainers:
   180.23 s, same minute, every user's size equal; README). What is left: the kernel ≈ 4 s (most of it the
   per-position work of the many short-history batches: ≈ 78% of the training targets have windows under 8), the
   masks ≈ 1.2 s, prediction and the divergence check ≈ 0.6 s, start-up and the shared pipeline the rest.
+  Then (issue #19) training batches of windows up to 20 run with their targets side by side
+  (models/transformer_lanes.py: the same operations per target, vectorised across targets; ~2× a batch at windows
+  up to 11, 1.1-1.7× at 12-20): predictions equal to ~5e-16 relative, Log Loss and RMSE(bins) equal to 1e-16 on the
+  embedded and 6 sim36 users, AUC moved only through near-ties (largest 3e-5 embedded and on 6 sim36 users,
+  3e-4 on a 45k-review user); the divergence check's evaluation of those windows too (without dropout). That user's
+  CPU 1.35× less (in one process, alternating); the row's projection 4.6-5.1 -> 3.3-3.6 CPU-hours (paired runs).
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)
@@ -61,7 +67,8 @@ from models.card_net import SHUFFLE_SEED, TORCH_SEED, FlatNet, LazyClass, Neural
 from models.kernel_math import adam_step, cosine_lr
 from models.target_batches import check_diverged, pad_histories, target_batches
 from models.torch_rng import BernoulliStream, TorchGenerator, portable_bernoulli
-from models.transformer_kernels import DROPOUT, PARAMS, batch_loss
+from models.transformer_kernels import DROPOUT, KEEP_SCALE, PARAMS, batch_loss
+from models.transformer_lanes import LANES_MAX_WINDOW, batch_loss_lanes, lane_masks, no_dropout
 
 PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
 
@@ -107,12 +114,21 @@ _NO_MASKS = (np.ones((1, 1, 1, 1), np.uint8), *(np.ones((1, 1, 1), np.uint8),) *
 
 
 def kernel_batch(theta: np.ndarray, t: np.ndarray, g: np.ndarray, lengths: np.ndarray, dt: np.ndarray,
-                 y: np.ndarray, w: np.ndarray, masks: tuple | None, grad: np.ndarray | None = None
-                 ) -> tuple[float, np.ndarray]:
+                 y: np.ndarray, w: np.ndarray, masks: tuple | None, grad: np.ndarray | None = None,
+                 lanes_eval: bool = False) -> tuple[float, np.ndarray]:
     """(Σ weight·BCE, P(recall)) of one padded batch (t, g [L, B]; lengths: the real history lengths) by the
     compiled kernel; `masks` (kernel_masks) switch training mode on; `grad` (len N_PARAMS) receives the gradient
-    added to it."""
+    added to it. Training windows up to LANES_MAX_WINDOW run in the lane kernel (models/transformer_lanes.py);
+    `lanes_eval` sends evaluation (no masks) there too, its padded positions processed one by one (the same values
+    up to rounding; not for predictions, whose near-ties a rounding change reorders)."""
     p = np.empty(t.shape[1])
+    if (masks is not None or lanes_eval) and t.shape[0] <= LANES_MAX_WINDOW:  # a short window: targets side by side
+        loss = batch_loss_lanes(theta, np.ascontiguousarray(t, dtype=np.float64),
+                                np.ascontiguousarray(g, dtype=np.float64), np.asarray(dt, np.float64),
+                                np.asarray(y, np.float64), np.asarray(w, np.float64),
+                                lane_masks(masks) if masks is not None else no_dropout(*t.shape),
+                                KEEP_SCALE if masks is not None else 1.0, np.empty(0) if grad is None else grad, p)
+        return loss, p
     loss = batch_loss(theta, np.ascontiguousarray(t, dtype=np.float64), np.ascontiguousarray(g, dtype=np.float64),
                       np.asarray(lengths, np.int64), np.asarray(dt, np.float64), np.asarray(y, np.float64), np.asarray(w, np.float64),
                       _NO_MASKS if masks is None else masks, masks is not None,
@@ -153,7 +169,10 @@ def fit_compiled(net, data: ReviewData, cfg, *, n_epoch: int, lr: float | None =
             lr_t = cosine_lr(lr, step, t_max)
             step += 1
             adam_step(theta, grad, m, v, step, lr_t, 0.9, 0.999, 1e-8, net.wd)
-    check_diverged([theta] + starts, lambda th: sum(kernel_batch(th, *b, None)[0] for b in batches) / n)
+    # (only NaN or not matters here, so short windows may go through the lane kernel: padded positions not
+    # collapsed, the same loss up to rounding)
+    check_diverged([theta] + starts,
+                   lambda th: sum(kernel_batch(th, *b, None, lanes_eval=True)[0] for b in batches) / n)
     net.set_theta(theta)
     net.eval()
 

@@ -207,6 +207,31 @@ _TF_EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept nor
 
 
 @njit(cache=True, inline="always")
+def exp_nonpos1(x):
+    """One value of exp_nonpos (below), for loops that vectorise across other axes (the Transformer's lane kernel,
+    models/transformer_lanes.py): the same operations, so the same result."""
+    v = _TF_EXP_FLOOR if x < _TF_EXP_FLOOR else x
+    k = np.floor(v * _TF_LOG2E + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
+    r = (v - k * _TF_LN2_HI) - k * _TF_LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    # 2^k in the exponent bits; through int32 (AVX2 converts doubles to int32 in vectors, not to int64)
+    return p * np.int64((np.int64(np.int32(k)) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
+
+
+@njit(cache=True, inline="always")
 def exp_nonpos(x, out, n):
     """out[:n] = exp(x[:n]) for x <= 0 (the softmax's shifted scores), written so that the compiler vectorises
     it (a scalar math.exp call per element was most of the forward pass): x = k·ln 2 + r, |r| <= ln2/2, exp(r) by
@@ -217,22 +242,4 @@ def exp_nonpos(x, out, n):
     term, 1, a reassociated reduction may lose digits of a term that weighs nothing); below −708 the result is
     exp(−708) instead of a subnormal; a NaN stays NaN. x and out may be the same array."""
     for m in range(n):
-        v = _TF_EXP_FLOOR if x[m] < _TF_EXP_FLOOR else x[m]
-        k = np.floor(v * _TF_LOG2E + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
-        r = (v - k * _TF_LN2_HI) - k * _TF_LN2_LO
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        # 2^k in the exponent bits; through int32 (AVX2 converts doubles to int32 in vectors, not to int64)
-        out[m] = p * np.int64((np.int64(np.int32(k)) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
+        out[m] = exp_nonpos1(x[m])

@@ -17,7 +17,8 @@ from models.transformer import (Transformer, TransformerFlat, draw_masks, fit_co
                                 mask_shapes, predict_compiled)
 from models.transformer_torch import TransformerNet, predict_windows, transformer_forward
 from models.torch_rng import BernoulliStream, portable_bernoulli
-from models.transformer_kernels import N_PARAMS, PARAMS
+from models.transformer_kernels import N_PARAMS, PARAMS, batch_loss
+from models.transformer_lanes import LANES, LANES_MAX_WINDOW
 from models.vec_math import exp_nonpos
 from models.gru_p import DECAY, FACTOR
 
@@ -155,6 +156,70 @@ def test_kernel_equals_autograd_on_heavily_padded_histories():
     np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-9 * np.abs(ref_grad).max())
     enc = slice(0, 18)  # encoder self-attention in_proj weight and bias
     np.testing.assert_allclose(grad[enc], ref_grad[enc], rtol=1e-8, atol=1e-6 * np.abs(ref_grad[enc]).max())
+
+
+def test_lane_kernel_equals_autograd_and_the_per_target_kernel():
+    """The lane kernel (models/transformer_lanes.py: training batches of short windows, targets side by side) on
+    a batch of 70 targets (two full blocks of LANES and a partial one) at windows 1, 5 and LANES_MAX_WINDOW:
+    forward and gradient equal autograd of the module with the same masks (1e-12, 1e-9 of the largest component),
+    and the per-target kernel (transformer_kernels.batch_loss, which kernel_batch runs for longer windows) to
+    rounding: the same operations per target, the gradient summed in another order. Without dropout (lanes_eval)
+    too."""
+    net = _net(4)
+    theta = net.theta()
+    rng = np.random.default_rng(5)
+    B = 70
+    assert B > 2 * LANES
+    for L in (1, 5, LANES_MAX_WINDOW):
+        n = np.full(B, L)
+        n[: B // 3] = max(1, L - 2)  # padded targets too, as a sorted batch's first ones can be
+        t = np.where(np.arange(L)[:, None] < n, np.round(rng.exponential(15.0, (L, B))), 0.0)
+        t[0] = 0.0
+        g = np.where(np.arange(L)[:, None] < n, rng.integers(1, 5, (L, B)).astype(float), 0.0)
+        dt, y, w = np.round(rng.random(B) * 30) + 1, (rng.random(B) < 0.8).astype(float), rng.random(B) + 0.5
+        torch.manual_seed(7 + L)
+        masks = draw_masks(L, B)
+        grad = np.zeros(N_PARAMS)
+        loss, p = kernel_batch(theta, t, g, n, dt, y, w, kernel_masks(masks), grad)  # the lane kernel
+        ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, masks)
+        ref_grad = torch.autograd.grad(ref_loss, [net.get_parameter(k) for k, _ in PARAMS])
+        ref_grad = np.concatenate([x.numpy().ravel() for x in ref_grad])
+        np.testing.assert_allclose(p, ref_p.detach().numpy(), rtol=1e-12, atol=0)
+        assert loss == pytest.approx(float(ref_loss.detach()), rel=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-9 * np.abs(ref_grad).max())
+        grad_pt, p_pt = np.zeros(N_PARAMS), np.empty(B)
+        loss_pt = batch_loss(theta, t, g, n.astype(np.int64), dt, y, w, kernel_masks(masks), True, grad_pt, p_pt)
+        np.testing.assert_allclose(p, p_pt, rtol=1e-14, atol=0)
+        assert loss == pytest.approx(loss_pt, rel=1e-14)
+        np.testing.assert_allclose(grad, grad_pt, rtol=0, atol=1e-13 * np.abs(grad_pt).max())
+        # without dropout (the divergence check's evaluation): autograd, and the per-target kernel's collapsed pass
+        loss, p = kernel_batch(theta, t, g, n, dt, y, w, None, lanes_eval=True)
+        ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, None)
+        np.testing.assert_allclose(p, ref_p.detach().numpy(), rtol=1e-12, atol=0)
+        assert loss == pytest.approx(float(ref_loss.detach()), rel=1e-12)
+        loss_pt, p_pt = kernel_batch(theta, t, g, n, dt, y, w, None)
+        np.testing.assert_allclose(p, p_pt, rtol=1e-14, atol=0)
+        assert loss == pytest.approx(loss_pt, rel=1e-14)
+
+
+def test_lane_kernel_fails_as_the_per_target_kernel_where_the_stability_underflows():
+    """The lane kernel skips numba's zero-divisor checks (error_model "numpy", so its loops vectorise) but keeps the
+    one division that can meet 0, Δt / S with S = exp(fc) underflowing: ZeroDivisionError like the per-target
+    kernel, whose divisions are all checked."""
+    theta = _net(4).theta()
+    fc = N_PARAMS - 3  # fc.weight (1, 2), then fc.bias
+    theta[fc:fc + 2] = 0.0
+    theta[fc + 2] = -1000.0  # exp(-1000) = 0
+    L, B = 3, 40
+    rng = np.random.default_rng(0)
+    t, g = rng.random((L, B)) * 10, rng.integers(1, 5, (L, B)).astype(float)
+    torch.manual_seed(0)
+    masks = kernel_masks(draw_masks(L, B))
+    ones = np.ones(B)
+    with pytest.raises(ZeroDivisionError):
+        kernel_batch(theta, t, g, np.full(B, L), ones, ones, ones, masks, np.zeros(N_PARAMS))
+    with pytest.raises(ZeroDivisionError):
+        batch_loss(theta, t, g, np.full(B, L), ones, ones, ones, masks, True, np.zeros(N_PARAMS), np.empty(B))
 
 
 def test_fine_tune_equals_the_torch_recipe(user8):
