@@ -51,7 +51,8 @@ The two trainers:
   embedded and 6 sim36 users, AUC moved only through near-ties (largest 3e-5 embedded and on 6 sim36 users,
   3e-4 on a 45k-review user; accepted for the speed: upstream's float32 torch orders such near-ties its own
   way, so no order at 1e-16 is upstream's); the divergence check's evaluation of those windows too (without
-  dropout). That user's CPU 1.35× less (in one process, alternating); the row's projection 4.6-5.1 -> 3.3-3.6 CPU-hours (paired runs).
+  dropout). That user's CPU 1.35× less (in one process, alternating); the row's projection 4.6-5.1 -> 3.3-3.6
+  CPU-hours (paired runs).
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)
