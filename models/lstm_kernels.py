@@ -57,6 +57,34 @@ recurrence and the weight gradients (faster alone at few cards, no faster in pla
 faster; 128: 1.17× slower); column sums of the reverse linears into a fresh array (0.996×); the cells' tanh over a
 step's rows flat (0.999×).
 
+A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
+a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
+fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
+float32 gradient within 5e−8 (relative) of this kernel's, float64 still equal to torch):
+- all by hand (each gate's 20-term sum with one card per lane, activated where it is summed; the reverse pass's
+  products likewise): the whole call 1.3× slower, an LSTM layer's forward 450 → 770–835 ns per row, forward and
+  reverse 757 → 1240–1550. The recurrent 20→80 product alone took 137–182 ns per row against sgemm's ≈ 100: without
+  fastmath numba emits no FMA, and each lane's sum is a chain of 20 dependent additions (latency-bound); and the
+  activations fused into it cost ≈ 3 ns per gate against 0.75 in a flat loop (exp32 and one division each);
+- the products through BLAS at explicit leading dimensions (numba's numba_xxgemm takes a step's columns of a
+  [features, ld] array without copying them) and only the gates and the cell by hand, in per-step loops over each
+  feature's row: forward 335 vs 345 ns per row, reverse 394 vs 449 (today vs feature-major), the whole call
+  1.05–1.1× slower. At a median of 43 cards per step each of the ~100 row loops of a step is ~5 vector iterations
+  plus a scalar remainder, set-up and overlap checks, no cheaper than today's 20-wide rows. The weight gradients
+  called as gemm with beta = 1 into the gradient took what np.dot takes (≈ 80 ns per row each, about half the FMA
+  peak; dL/du 56–84);
+- step-blocked (step k of a chunk a block [features, Q], Q = the chunk's cards rounded up to 8, so that a step's
+  elementwise loops run flat over whole blocks with no remainder, the previous step at the same place of the
+  previous block; z_k = [u_k; h_{k−1}; 1] so that one gemm per step gives the gates with both biases, and the weight
+  gradients one gemm over every step): the LSTM layers alone 0.92× (forward 342 → 294 ns per row, reverse
+  398 → 384), but lstm_cards_loss as a whole 1.01× on that batch and 1.04–1.3× slower on small simulated users
+  (sim36 users 10 and 20: 3.6k and 1.2k rows; old and new alternated 15 times in one process): the scatter into and
+  out of the blocks, the padded lanes and the per-call set-up eat the gain.
+What numba needs for such loops to vectorise at all (measured then): unsigned column indices (with signed ones it
+adds a wrap-around for negative indices, and the contiguous loads become gathers), rows whose length is not a
+multiple of 4 KiB (rows of 1024 float32 ran the product ~6× slower: L1 set conflicts), and few arrays per loop (a
+loop writing a unit's four gates stayed scalar: LLVM gives up on the overlap checks between its arrays).
+
 Every operation follows torch's forward and backward (LayerNorm eps 1e−5, SiLU, nn.LSTM's gate order i, f, g, o,
 clamp passing the gradient where −25 ≤ z ≤ 25). Tested equal to autograd of LSTMNet's torch path in float64
 (tests/test_lstm_compiled.py), float32 against float64 in tests/test_lstm_float32.py.
