@@ -45,7 +45,8 @@ a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass, sgemm �
 ≈ 17%; fewer passes over the rows, the heads' logits as independent sums with one exp for the pow, and the
 elementwise layers run flat took ≈ 0.94× per pass (same bits, P(recall) within 2e−16); the row's projection ≈ 31–33
 CPU-hours (≈ 15.5–16.5 s per 100k raw reviews) against ≈ 34–36 for the kernels before, back to back.
-Re-projected on 2026-11-24 with this kernel: 30.1 CPU-hours (128 ms per 1k raw reviews + 1.5 s per user).
+Re-projected on 2026-11-24 with this kernel: 26.5–32.1 CPU-hours in five runs (a six-user fit; its intercept,
+once 1.5 s per user, is that fit's noise: see below).
 A feature-major layout of the LSTMs (cards contiguous: by hand, with BLAS at explicit leading dimensions, or in
 step blocks) was measured 1.01–1.3× slower per call and not kept (models/lstm_kernels.py's docstring says why).
 
