@@ -95,13 +95,20 @@ def _lin2_back(th, o, grad, x0, x1, g0, g1):
 
 
 @njit(cache=True, inline="always")
-def _ln(th, o, a0, a1, out, k):
-    """LayerNorm(2) of (a0, a1) with gamma th[o : o+2], beta th[o+2 : o+4]: writes out[k, 0:2] = y and
-    out[k, 2:4] = x̂, returns 1/σ."""
+def ln_norm(a0, a1):
+    """LayerNorm(2)'s normalisation of (a0, a1): (x̂0, x̂1, 1/σ). Shared with the lane kernel
+    (models/transformer_lanes.py), inlined there into loops over targets."""
     mu = 0.5 * (a0 + a1)
     d0, d1 = a0 - mu, a1 - mu
     rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-    h0, h1 = d0 * rstd, d1 * rstd
+    return d0 * rstd, d1 * rstd, rstd
+
+
+@njit(cache=True, inline="always")
+def _ln(th, o, a0, a1, out, k):
+    """LayerNorm(2) of (a0, a1) with gamma th[o : o+2], beta th[o+2 : o+4]: writes out[k, 0:2] = y and
+    out[k, 2:4] = x̂, returns 1/σ."""
+    h0, h1, rstd = ln_norm(a0, a1)
     out[k, 0] = h0 * th[o] + th[o + 2]
     out[k, 1] = h1 * th[o + 1] + th[o + 3]
     out[k, 2] = h0

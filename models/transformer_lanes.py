@@ -36,7 +36,7 @@ from numba import njit
 from models.gru_p import DECAY, FACTOR
 from models.kernel_math import bce
 from models.transformer_kernels import (D_CA, D_COUT, D_L1, D_L2, D_N1, D_N2, D_N3, D_NF, D_SA, D_SOUT, E_IN, E_L1,
-                                        E_L2, E_N1, E_N2, E_NF, E_OUT, FC, LN_EPS)
+                                        E_L2, E_N1, E_N2, E_NF, E_OUT, FC, ln_norm)
 from models.vec_math import exp_nonpos1
 
 LANES = 32  # targets per block: the block's scratch stays in cache
@@ -195,10 +195,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
                 s0 = (e_out_0 * o0 + e_out_1 * o1 + e_out_4) * (me1[l, 0, b] * keep)
                 s1 = (e_out_2 * o0 + e_out_3 * o1 + e_out_5) * (me1[l, 1, b] * keep)
                 a0, a1 = t[l, b] + s0, g[l, b] + s1
-                mu = 0.5 * (a0 + a1)
-                d0, d1 = a0 - mu, a1 - mu
-                rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-                h0, h1 = d0 * rstd, d1 * rstd
+                h0, h1, rstd = ln_norm(a0, a1)
                 a0 = h0 * e_n1_0 + e_n1_2
                 a1 = h1 * e_n1_1 + e_n1_3
                 st[l, 0, i], st[l, 1, i], st[l, 2, i], st[l, 3, i], st[l, 12, i] = a0, a1, h0, h1, rstd
@@ -210,17 +207,11 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
                 f0 = (e_l2_0 * r0 + e_l2_1 * r1 + e_l2_4) * (me2[l, 0, b] * keep)
                 f1 = (e_l2_2 * r0 + e_l2_3 * r1 + e_l2_5) * (me2[l, 1, b] * keep)
                 a0, a1 = a0 + f0, a1 + f1
-                mu = 0.5 * (a0 + a1)
-                d0, d1 = a0 - mu, a1 - mu
-                rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-                h0, h1 = d0 * rstd, d1 * rstd
+                h0, h1, rstd = ln_norm(a0, a1)
                 a0 = h0 * e_n2_0 + e_n2_2
                 a1 = h1 * e_n2_1 + e_n2_3
                 st[l, 4, i], st[l, 5, i], st[l, 6, i], st[l, 7, i], st[l, 13, i] = a0, a1, h0, h1, rstd
-                mu = 0.5 * (a0 + a1)
-                d0, d1 = a0 - mu, a1 - mu
-                rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-                h0, h1 = d0 * rstd, d1 * rstd
+                h0, h1, rstd = ln_norm(a0, a1)
                 a0 = h0 * e_nf_0 + e_nf_2
                 a1 = h1 * e_nf_1 + e_nf_3
                 st[l, 8, i], st[l, 9, i], st[l, 10, i], st[l, 11, i], st[l, 14, i] = a0, a1, h0, h1, rstd
@@ -235,10 +226,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
             sv1 = th[D_SA + 12 + 5] * (mds[1, b] * keep)
             u0 = (th[D_SOUT] * sv0 + th[D_SOUT + 1] * sv1 + th[D_SOUT + 4]) * (md1[0, b] * keep)
             u1 = (th[D_SOUT + 2] * sv0 + th[D_SOUT + 3] * sv1 + th[D_SOUT + 5]) * (md1[1, b] * keep)
-            mu = 0.5 * (u0 + u1)
-            d0, d1 = u0 - mu, u1 - mu
-            rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-            h0, h1 = d0 * rstd, d1 * rstd
+            h0, h1, rstd = ln_norm(u0, u1)
             y0 = h0 * th[D_N1] + th[D_N1 + 2]
             y1 = h1 * th[D_N1 + 1] + th[D_N1 + 3]
             dec[0, i], dec[1, i], dec[2, i], dec[3, i], dec[4, i] = y0, y1, h0, h1, rstd
@@ -273,10 +261,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
             c0 = (th[D_COUT] * co0 + th[D_COUT + 1] * co1 + th[D_COUT + 4]) * (md2[0, b] * keep)
             c1 = (th[D_COUT + 2] * co0 + th[D_COUT + 3] * co1 + th[D_COUT + 5]) * (md2[1, b] * keep)
             a0, a1 = y0 + c0, y1 + c1
-            mu = 0.5 * (a0 + a1)
-            d0, d1 = a0 - mu, a1 - mu
-            rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-            h0, h1 = d0 * rstd, d1 * rstd
+            h0, h1, rstd = ln_norm(a0, a1)
             z0 = h0 * th[D_N2] + th[D_N2 + 2]
             z1 = h1 * th[D_N2 + 1] + th[D_N2 + 3]
             dec[11, i], dec[12, i], dec[13, i], dec[14, i], dec[15, i] = z0, z1, h0, h1, rstd
@@ -289,17 +274,11 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
             f0 = (th[D_L2] * r0 + th[D_L2 + 1] * r1 + th[D_L2 + 4]) * (md3[0, b] * keep)
             f1 = (th[D_L2 + 2] * r0 + th[D_L2 + 3] * r1 + th[D_L2 + 5]) * (md3[1, b] * keep)
             a0, a1 = z0 + f0, z1 + f1
-            mu = 0.5 * (a0 + a1)
-            d0, d1 = a0 - mu, a1 - mu
-            rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-            h0, h1 = d0 * rstd, d1 * rstd
+            h0, h1, rstd = ln_norm(a0, a1)
             a0 = h0 * th[D_N3] + th[D_N3 + 2]
             a1 = h1 * th[D_N3 + 1] + th[D_N3 + 3]
             dec[20, i], dec[21, i], dec[22, i], dec[23, i], dec[24, i] = a0, a1, h0, h1, rstd
-            mu = 0.5 * (a0 + a1)
-            d0, d1 = a0 - mu, a1 - mu
-            rstd = 1.0 / math.sqrt(0.5 * (d0 * d0 + d1 * d1) + LN_EPS)
-            h0, h1 = d0 * rstd, d1 * rstd
+            h0, h1, rstd = ln_norm(a0, a1)
             a0 = h0 * th[D_NF] + th[D_NF + 2]
             a1 = h1 * th[D_NF + 1] + th[D_NF + 3]
             dec[25, i], dec[26, i], dec[27, i], dec[28, i], dec[29, i] = a0, a1, h0, h1, rstd
