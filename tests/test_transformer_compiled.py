@@ -55,6 +55,12 @@ def _torch_batch(net, t, g, dt, y, w, masks):
     return loss, p
 
 
+def _autograd_grad(net, loss) -> np.ndarray:
+    """d loss / d every parameter by torch's autograd, flat in the kernel's PARAMS order."""
+    grads = torch.autograd.grad(loss, [net.get_parameter(name) for name, _ in PARAMS])
+    return np.concatenate([x.numpy().ravel() for x in grads])
+
+
 def test_param_layout_is_the_modules():
     assert [(n, tuple(p.shape)) for n, p in TransformerNet().named_parameters()] == PARAMS
     assert N_PARAMS == 127
@@ -122,8 +128,7 @@ def test_kernel_equals_autograd(user8, train_mode):
         grad = np.zeros(N_PARAMS)
         loss, p = kernel_batch(theta, t, g, n, dt, y, w, kernel_masks(masks) if masks else None, grad)
         ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, masks)
-        ref_grad = torch.autograd.grad(ref_loss, [net.get_parameter(n) for n, _ in PARAMS])
-        ref_grad = np.concatenate([x.numpy().ravel() for x in ref_grad])
+        ref_grad = _autograd_grad(net, ref_loss)
         np.testing.assert_allclose(p, ref_p.detach().numpy(), rtol=1e-12, atol=0)
         assert loss == pytest.approx(float(ref_loss.detach()), rel=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-9 * np.abs(ref_grad).max())
@@ -150,8 +155,7 @@ def test_kernel_equals_autograd_on_heavily_padded_histories():
     grad = np.zeros(N_PARAMS)
     loss, p = kernel_batch(net.theta(), t, g, n, dt, y, w, kernel_masks(masks), grad)
     ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, masks)
-    ref_grad = torch.autograd.grad(ref_loss, [net.get_parameter(k) for k, _ in PARAMS])
-    ref_grad = np.concatenate([x.numpy().ravel() for x in ref_grad])
+    ref_grad = _autograd_grad(net, ref_loss)
     np.testing.assert_allclose(p, ref_p.detach().numpy(), rtol=1e-12, atol=0)
     np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-9 * np.abs(ref_grad).max())
     enc = slice(0, 18)  # encoder self-attention in_proj weight and bias
@@ -182,8 +186,7 @@ def test_lane_kernel_equals_autograd_and_the_per_target_kernel():
         grad = np.zeros(N_PARAMS)
         loss, p = kernel_batch(theta, t, g, n, dt, y, w, kernel_masks(masks), grad)  # the lane kernel
         ref_loss, ref_p = _torch_batch(net, t, g, dt, y, w, masks)
-        ref_grad = torch.autograd.grad(ref_loss, [net.get_parameter(k) for k, _ in PARAMS])
-        ref_grad = np.concatenate([x.numpy().ravel() for x in ref_grad])
+        ref_grad = _autograd_grad(net, ref_loss)
         np.testing.assert_allclose(p, ref_p.detach().numpy(), rtol=1e-12, atol=0)
         assert loss == pytest.approx(float(ref_loss.detach()), rel=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-9 * np.abs(ref_grad).max())
