@@ -244,28 +244,48 @@ def fit_s0_all(groups, avg_recall: float, candidates=CURVE_CANDIDATES, s_min: fl
     the candidates' L-BFGS-B runs step together (fsrs_init.fit_many) and each round's losses are ONE numpy
     evaluation of [candidates x points, groups], with the elementwise operations and the per-row sums fit_s0's loss
     does on one S at a time (the curve's constant b^(-1/d) − 1 is computed as a Python float, as there)."""
-    cps = np.array(candidates, dtype=np.float64)
-    k1 = np.array([b1 ** (-1 / d1) - 1 for d1, _, b1, *_ in candidates])[:, None]
-    k2 = np.array([b2 ** (-1 / d2) - 1 for _, d2, _, b2, *_ in candidates])[:, None]
-    d1, d2, a1, a2, p1, p2 = (cps[:, [j]] for j in (0, 1, 4, 5, 6, 7))
+    # per candidate: k1, −d1, k2, −d2, a1, −p1, a2, p2 (negating a gathered value = gathering the negated one)
+    table = np.array([[b1 ** (-1 / d1) - 1, -d1, b2 ** (-1 / d2) - 1, -d2, a1, -p1, a2, p2]
+                      for d1, d2, b1, b2, a1, a2, p1, p2 in candidates], dtype=np.float64)
     totals = [0.0] * len(candidates)
     stability = [{} for _ in candidates]
     count = {}
     for g, t, recall, n, s_default in _rating_problems(groups, avg_recall):
+        miss = 1 - recall
+        gathered = [None, None]  # (which as bytes, the rows' parameter columns): a round often repeats the last
 
         def batch_loss(which, s):
-            rows = np.repeat(which, 2)
+            key = which.tobytes()
+            if gathered[0] != key:
+                rows = table[np.repeat(which, 2)]
+                gathered[:] = [key, [rows[:, j:j + 1] for j in range(8)]]
+            k1, nd1, k2, nd2, a1, np1, a2, p2 = gathered[1]
             s = s.reshape(-1, 1)
             x = t / s
-            r1 = (1 + k1[rows] * x) ** (-d1[rows])
-            r2 = (1 + k2[rows] * x) ** (-d2[rows])
-            wt1 = a1[rows] * s ** (-p1[rows])
-            wt2 = a2[rows] * s ** p2[rows]
-            p = np.clip((wt1 * r1 + wt2 * r2) / (wt1 + wt2), P_MIN, P_MAX)
-            logloss = np.sum(-(recall * np.log(p) + (1 - recall) * np.log(1 - p)) * n, axis=1)
-            return (logloss + np.abs(s[:, 0] - s_default) / 16).reshape(-1, 2)
+            r1 = k1 * x  # (1 + k1·x)^(−d1), in place: the same operations as fit_s0's curve
+            r1 += 1
+            np.power(r1, nd1, out=r1)
+            r2 = np.multiply(k2, x, out=x)
+            r2 += 1
+            np.power(r2, nd2, out=r2)
+            wt1 = a1 * s ** np1
+            wt2 = a2 * s ** p2
+            r1 *= wt1
+            r2 *= wt2
+            r1 += r2
+            r1 /= wt1 + wt2
+            p = np.clip(r1, P_MIN, P_MAX, out=r1)
+            q = np.subtract(1, p, out=r2)
+            lp = np.log(p, out=p)
+            lp *= recall
+            lq = np.log(q, out=q)
+            lq *= miss
+            lp += lq
+            np.negative(lp, out=lp)
+            lp *= n
+            return (np.sum(lp, axis=1) + np.abs(s[:, 0] - s_default) / 16).reshape(-1, 2)
 
-        runs = [StepLbfgsb(s_default, s_min, int(np.sum(n))) for _ in candidates]
+        runs = StepLbfgsb.batch(len(candidates), s_default, s_min, int(np.sum(n)))
         fit_many(runs, batch_loss)
         count[g] = float(n.sum())
         for c, run in enumerate(runs):
