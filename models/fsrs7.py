@@ -64,7 +64,10 @@ What costs what (measured for issue #19; CPU time, one thread, shared machine, s
   bound once (fsrs_init.StepLbfgsb.batch; the separate small arrays were ~1/4 of the search), the candidate columns
   gathered once per set of runs and the loss computed in place. What is left: ~55% numpy's pow and log on
   [candidates x 2 points, groups] (kept in numpy: a compiled loss moves S0, models/fsrs_init.py), ~40% stepping
-  scipy's routine from Python.
+  scipy's routine from Python. Projection (bench/bench_executors.py project, four runs of each tree alternating,
+  machine loaded): the per-user constant a ~111 -> ~52 ms (FSRS-7) and ~83 -> ~49 ms (recency); b, the training's
+  share, unchanged by design and between 6.4 and 11.7 ms per 1k reviews from run to run of the same code, so the
+  rows' CPU-hours move by ~0.1-0.17 of their ~2 (10,000·Δa), within that noise.
 Tried and not kept (paired, same process): prefetching the next card's first review and target in the trainer
 (old/new 0.90-1.10 over five pairs, no clear gain); the pow guards removed (no change: the forward is not bound by
 them); exp as inline arithmetic (models/vec_math.exp1) in the scalar step, 218 -> 306 ns a step (slower: glibc's
