@@ -69,7 +69,7 @@ What costs what (measured for issue #19; CPU time, one thread, shared machine, s
   share, unchanged by design and between 6.4 and 11.7 ms per 1k reviews from run to run of the same code, so the
   rows' CPU-hours move by ~0.1-0.17 of their ~2 (10,000·Δa), within that noise.
 Tried and not kept (paired, same process): prefetching the next card's first review and target in the trainer
-(old/new 0.90-1.10 over five pairs, no clear gain); the pow guards removed (no change: the forward is not bound by
+(one or two cards ahead: old/new 0.90-1.10 over eight pairs, no clear gain); the pow guards removed (no change: the forward is not bound by
 them); exp as inline arithmetic (models/vec_math.exp1) in the scalar step, 218 -> 306 ns a step (slower: glibc's
 exp is ~5 ns a call, the polynomial a long dependent chain); four independent exps written side by side for LLVM's
 SLP vectoriser (not vectorised, 18.6 -> 38.6 ns per four); two cards' steps interleaved (slower: the step is
