@@ -50,33 +50,34 @@ and no full-loss pass at the start or the end (keep="last" reads no objective). 
 published rows).
 
 What costs what (measured for issue #19; CPU time, one thread, shared machine, so ±10%):
-- A 45k-review user (24,845 test rows), ~0.5 s: training ~0.38 s (two thirds), the S0 search ~0.11 s before and
-  ~0.07 s after the change below, prediction ~0.03, the two feature pipelines ~0.025, metrics ~0.02. A small user
-  (a few hundred test rows) is mostly the S0 search: 16 candidates x (up to) 4 ratings of L-BFGS-B per fold.
+- A 45k-review user (24,845 test rows), ~0.5 s: training ~0.38 s (~70%), the S0 search ~0.11 s before and
+  ~0.07 s after the change below, prediction ~0.03, the two feature pipelines ~0.025, metrics ~0.02. A small user (a
+  few hundred test rows) is mostly the S0 search: 16 candidates x (up to) 4 ratings of L-BFGS-B per fold.
 - Training, per state and epoch: ~330-360 ns in the trainer's random card order (~290 ns for the same loss and
   gradient with the cards in order: random order costs ~30 ns a state, presumably cache misses, which prefetching
-  did not measurably recover; FSRS-6's hand-written kernel ~110 ns). Of the ~290: the fused step + target ~186 ns, the reverse pass ~103 ns. The forward is its 21 libm
-  calls (15 exp, 6 log; perf: libm ~2.5x the generated code's own time), none computed twice (the generated code
-  shares ln S, ln D, ln(S + 1) between the pows of each base and hoists every weight-only value); the reverse pass
-  is arithmetic only. Every one of those 21 values is needed by torch's where semantics (both sides computed).
-- The S0 search: 14.3 -> 8.8 ms CPU per fold (75 folds of the 45k user, sim36 users 1-12 and the embedded users),
-  S0 and the ranking bit for bit: the runs of a rating allocated as rows of shared blocks and setulb's arguments
-  bound once (fsrs_init.StepLbfgsb.batch; the separate small arrays were ~1/4 of the search), the candidate columns
+  did not measurably recover; FSRS-6's hand-written kernel ~110 ns). Of the ~290: the fused step + target ~186 ns,
+  the reverse pass ~103 ns. The forward is its 21 libm calls (15 exp, 6 log; perf: libm ~2.5x the generated code's
+  own time), none computed twice (the generated code shares ln S, ln D, ln(S + 1) between the pows of each base and
+  hoists every weight-only value); the reverse pass is arithmetic only. Every one of those 21 values is needed by
+  torch's where semantics (both sides computed).
+- The S0 search: 14.3 -> 8.8 ms CPU per fold (75 folds of the 45k user, sim36 users 1-12 and the embedded users), S0
+  and the ranking bit for bit: the runs of a rating allocated as rows of shared blocks and setulb's arguments bound
+  once (fsrs_init.StepLbfgsb.batch; the separate small arrays were ~1/4 of the search), the candidate columns
   gathered once per set of runs and the loss computed in place. What is left: ~55% numpy's pow and log on
   [candidates x 2 points, groups] (kept in numpy: a compiled loss moves S0, models/fsrs_init.py), ~40% stepping
   scipy's routine from Python. Projection (bench/bench_executors.py project, four runs of each tree alternating,
   machine loaded): the per-user constant a ~111 -> ~52 ms (FSRS-7) and ~83 -> ~49 ms (recency); b, the training's
   share, unchanged by design and between 6.4 and 11.7 ms per 1k reviews from run to run of the same code, so the
   rows' CPU-hours move by ~0.1-0.17 of their ~2 (10,000·Δa), within that noise.
-Tried and not kept (paired, same process): prefetching the next card's first review and target in the trainer
-(one or two cards ahead: old/new 0.90-1.10 over eight pairs, no clear gain); the pow guards removed (no change:
-the forward is not bound by them); exp as inline arithmetic (models/vec_math.exp1) in the scalar step, 218 -> 306 ns a step (slower: glibc's
-exp is ~5 ns a call, the polynomial a long dependent chain); four independent exps written side by side for LLVM's
-SLP vectoriser (not vectorised, 18.6 -> 38.6 ns per four); two cards' steps interleaved (slower: the step is
-throughput-bound, not latency-bound). What would give more than 1.5x on training: several cards side by side in
-lanes (as the Transformer's models/transformer_lanes.py) with exp and log as vectorisable arithmetic (numba here has
-no SVML; vec_math has exp but no log), i.e. a lane form of the generated step in models/traced.py; its results
-move in the last bits.
+Tried and not kept (paired, same process): prefetching the next card's first review and target in the trainer (one
+or two cards ahead: old/new 0.90-1.10 over eight pairs, no clear gain); the pow guards removed (no change: the
+forward is not bound by them); exp as inline arithmetic (models/vec_math.exp1) in the scalar step, 218 -> 306 ns a
+step (slower: glibc's exp is ~5 ns a call, the polynomial a long dependent chain); four independent exps written
+side by side for LLVM's SLP vectoriser (not vectorised, 18.6 -> 38.6 ns per four); two cards' steps interleaved
+(slower: the step is throughput-bound, not latency-bound). What would give more than 1.5x on training: several cards
+side by side in lanes (as the Transformer's models/transformer_lanes.py) with exp and log as vectorisable arithmetic
+(numba here has no SVML; vec_math has exp but no log), i.e. a lane form of the generated step in models/traced.py;
+its results move in the last bits.
 """
 
 from __future__ import annotations
