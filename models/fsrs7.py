@@ -44,11 +44,40 @@ Training (RECIPE): Adam(lr 2e−2, betas (0.8, 0.85)), cosine annealing per batc
 the L2 prior 0.5·Σ((w − w_init)/σ)² (σ = SIGMA; 9999 for S0, i.e. free) scaled by B/N per batch, the final epoch's
 weights kept. It runs on the plug-in models/traced.py generates from this file: 8 epochs of one forward and one
 reverse pass per card, each target fused with the step that reads the same state (its retention is that step's),
-and no full-loss pass at the start or the end (keep="last" reads no objective). Where a user's CPU time goes
-(45k-review user, ~0.6 s): training ~70%, the S0 search ~15%, features (the secs and the day pipeline), prediction
-and metrics the rest. `--recency`: row weights 0.0667 + 0.9333·x^11.25, x = linspace(0, 1, N) over the training rows in time
-order (upstream's newest trainer; "FSRS-7 recency"). Upstream's optional scheduling penalties (--sched_penalties)
-are not reproduced (off in the published rows).
+and no full-loss pass at the start or the end (keep="last" reads no objective). `--recency`: row weights
+0.0667 + 0.9333·x^11.25, x = linspace(0, 1, N) over the training rows in time order (upstream's newest trainer;
+"FSRS-7 recency"). Upstream's optional scheduling penalties (--sched_penalties) are not reproduced (off in the
+published rows).
+
+What costs what (measured for issue #19; CPU time, one thread, shared machine, so ±10%):
+- A 45k-review user (24,845 test rows), ~0.5 s: training ~0.38 s (~70%), the S0 search ~0.11 s before and
+  ~0.07 s after the change below, prediction ~0.03, the two feature pipelines ~0.025, metrics ~0.02. A small user (a
+  few hundred test rows) is mostly the S0 search: 16 candidates x (up to) 4 ratings of L-BFGS-B per fold.
+- Training, per state and epoch: ~330-360 ns in the trainer's random card order (~290 ns for the same loss and
+  gradient with the cards in order: random order costs ~30 ns a state, presumably cache misses, which prefetching
+  did not measurably recover; FSRS-6's hand-written kernel ~110 ns). Of the ~290: the fused step + target ~186 ns,
+  the reverse pass ~103 ns. The forward is its 21 libm calls (15 exp, 6 log; perf: libm ~2.5x the generated code's
+  own time), none computed twice (the generated code shares ln S, ln D, ln(S + 1) between the pows of each base and
+  hoists every weight-only value); the reverse pass is arithmetic only. Every one of those 21 values is needed by
+  torch's where semantics (both sides computed).
+- The S0 search: 14.3 -> 8.8 ms CPU per fold (75 folds of the 45k user, sim36 users 1-12 and the embedded users), S0
+  and the ranking bit for bit: the runs of a rating allocated as rows of shared blocks and setulb's arguments bound
+  once (fsrs_init.StepLbfgsb.batch; the separate small arrays were ~1/4 of the search), the candidate columns
+  gathered once per set of runs and the loss computed in place. What is left: ~55% numpy's pow and log on
+  [candidates x 2 points, groups] (kept in numpy: a compiled loss moves S0, models/fsrs_init.py), ~40% stepping
+  scipy's routine from Python. Projection (bench/bench_executors.py project, four runs of each tree alternating,
+  machine loaded): the per-user constant a ~111 -> ~52 ms (FSRS-7) and ~83 -> ~49 ms (recency); b, the training's
+  share, unchanged by design and between 6.4 and 11.7 ms per 1k reviews from run to run of the same code, so the
+  rows' CPU-hours move by ~0.1-0.17 of their ~2 (10,000·Δa), within that noise.
+Tried and not kept (paired, same process): prefetching the next card's first review and target in the trainer (one
+or two cards ahead: old/new 0.90-1.10 over eight pairs, no clear gain); the pow guards removed (no change: the
+forward is not bound by them); exp as inline arithmetic (models/vec_math.exp1) in the scalar step, 218 -> 306 ns a
+step (slower: glibc's exp is ~5 ns a call, the polynomial a long dependent chain); four independent exps written
+side by side for LLVM's SLP vectoriser (not vectorised, 18.6 -> 38.6 ns per four); two cards' steps interleaved
+(slower: the step is throughput-bound, not latency-bound). What would give more than 1.5x on training: several cards
+side by side in lanes (as the Transformer's models/transformer_lanes.py) with exp and log as vectorisable arithmetic
+(numba here has no SVML; vec_math has exp but no log), i.e. a lane form of the generated step in models/traced.py;
+its results move in the last bits.
 """
 
 from __future__ import annotations
@@ -244,28 +273,48 @@ def fit_s0_all(groups, avg_recall: float, candidates=CURVE_CANDIDATES, s_min: fl
     the candidates' L-BFGS-B runs step together (fsrs_init.fit_many) and each round's losses are ONE numpy
     evaluation of [candidates x points, groups], with the elementwise operations and the per-row sums fit_s0's loss
     does on one S at a time (the curve's constant b^(-1/d) − 1 is computed as a Python float, as there)."""
-    cps = np.array(candidates, dtype=np.float64)
-    k1 = np.array([b1 ** (-1 / d1) - 1 for d1, _, b1, *_ in candidates])[:, None]
-    k2 = np.array([b2 ** (-1 / d2) - 1 for _, d2, _, b2, *_ in candidates])[:, None]
-    d1, d2, a1, a2, p1, p2 = (cps[:, [j]] for j in (0, 1, 4, 5, 6, 7))
+    # per candidate: k1, −d1, k2, −d2, a1, −p1, a2, p2 (negating a gathered value = gathering the negated one)
+    table = np.array([[b1 ** (-1 / d1) - 1, -d1, b2 ** (-1 / d2) - 1, -d2, a1, -p1, a2, p2]
+                      for d1, d2, b1, b2, a1, a2, p1, p2 in candidates], dtype=np.float64)
     totals = [0.0] * len(candidates)
     stability = [{} for _ in candidates]
     count = {}
     for g, t, recall, n, s_default in _rating_problems(groups, avg_recall):
+        miss = 1 - recall
+        gathered = [None, None]  # (which as bytes, the rows' parameter columns): a round often repeats the last
 
         def batch_loss(which, s):
-            rows = np.repeat(which, 2)
+            key = which.tobytes()
+            if gathered[0] != key:
+                rows = table[np.repeat(which, 2)]
+                gathered[:] = [key, [rows[:, j:j + 1] for j in range(8)]]
+            k1, nd1, k2, nd2, a1, np1, a2, p2 = gathered[1]
             s = s.reshape(-1, 1)
             x = t / s
-            r1 = (1 + k1[rows] * x) ** (-d1[rows])
-            r2 = (1 + k2[rows] * x) ** (-d2[rows])
-            wt1 = a1[rows] * s ** (-p1[rows])
-            wt2 = a2[rows] * s ** p2[rows]
-            p = np.clip((wt1 * r1 + wt2 * r2) / (wt1 + wt2), P_MIN, P_MAX)
-            logloss = np.sum(-(recall * np.log(p) + (1 - recall) * np.log(1 - p)) * n, axis=1)
-            return (logloss + np.abs(s[:, 0] - s_default) / 16).reshape(-1, 2)
+            r1 = k1 * x  # (1 + k1·x)^(−d1), in place: the same operations as fit_s0's curve
+            r1 += 1
+            np.power(r1, nd1, out=r1)
+            r2 = np.multiply(k2, x, out=x)
+            r2 += 1
+            np.power(r2, nd2, out=r2)
+            wt1 = a1 * s ** np1
+            wt2 = a2 * s ** p2
+            r1 *= wt1
+            r2 *= wt2
+            r1 += r2
+            r1 /= wt1 + wt2
+            p = np.clip(r1, P_MIN, P_MAX, out=r1)
+            q = np.subtract(1, p, out=r2)
+            lp = np.log(p, out=p)
+            lp *= recall
+            lq = np.log(q, out=q)
+            lq *= miss
+            lp += lq
+            np.negative(lp, out=lp)
+            lp *= n
+            return (np.sum(lp, axis=1) + np.abs(s[:, 0] - s_default) / 16).reshape(-1, 2)
 
-        runs = [StepLbfgsb(s_default, s_min, int(np.sum(n))) for _ in candidates]
+        runs = StepLbfgsb.batch(len(candidates), s_default, s_min, int(np.sum(n)))
         fit_many(runs, batch_loss)
         count[g] = float(n.sum())
         for c, run in enumerate(runs):

@@ -131,28 +131,57 @@ class StepLbfgsb:
     as approx_derivative's '2-point' with the absolute step 1e-8 (flipped where it would leave the bounds).
     `points()` runs the routine to its next request and returns the two S it needs the loss at ([S, S + h]), or
     None when it has finished; `supply(f0, f1)` hands the two losses back. Keeping the loop here, not around a loss
-    call, lets fit_many step many fits together and evaluate all their losses in one numpy call."""
+    call, lets fit_many step many fits together and evaluate all their losses in one numpy call.
 
-    def __init__(self, s_default: float, s_min: float, maxiter: int):
+    `batch(k, ...)` makes k runs whose work arrays are rows of shared blocks and whose bounds are shared (setulb
+    only reads l, u and nbd): a search of 64 fits per fold spent ~1/4 of its time allocating the ~10 small arrays
+    of each run one by one. setulb's arguments are bound once per run (x, g and the work arrays are updated in
+    place, f is passed as the float it was given), so a step costs the call and a few Python operations."""
+
+    __slots__ = ("lo", "hi", "maxiter", "x", "g", "task", "n_iterations", "step", "_head", "_tail", "f")
+
+    def __init__(self, s_default: float, s_min: float, maxiter: int, _rows=None, _bounds=None):
         m = LBFGSB_M
         self.lo, self.hi, self.maxiter = float(s_min), S0_MAX, int(maxiter)
-        self.x = np.clip(np.atleast_1d(np.asarray(s_default, dtype=np.float64)), self.lo, self.hi)
-        self.bounds = (np.array([self.lo]), np.array([self.hi]), np.array([2], dtype=np.int32))
-        self.f = np.array(0.0)
-        self.g = np.zeros(1)
-        self.work = (np.zeros(2 * m + 5 + 11 * m * m + 8 * m), np.zeros(3, dtype=np.int32))
-        self.task = np.zeros(2, dtype=np.int32)
-        self.ln_task = np.zeros(2, dtype=np.int32)
-        self.save = (np.zeros(4, dtype=np.int32), np.zeros(44, dtype=np.int32), np.zeros(29))
+        if _rows is None:
+            _rows = (np.zeros(1), np.zeros(1), np.zeros(2 * m + 5 + 11 * m * m + 8 * m), np.zeros(3, dtype=np.int32),
+                     np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32), np.zeros(4, dtype=np.int32),
+                     np.zeros(44, dtype=np.int32), np.zeros(29))
+        if _bounds is None:
+            _bounds = (np.array([self.lo]), np.array([self.hi]), np.array([2], dtype=np.int32))
+        x, g, wa, iwa, task, ln_task, lsave, isave, dsave = _rows
+        x[0] = min(max(float(s_default), self.lo), self.hi)  # np.clip of the start (a finite default)
+        self.x, self.g, self.task = x, g, task
+        self.f = 0.0
+        self._head = (LBFGSB_M, x, *_bounds)
+        self._tail = (g, FACTR, LBFGSB_GTOL, wa, iwa, task, lsave, isave, dsave, LBFGSB_MAXLS, ln_task)
         self.n_iterations = 0
         self.step = 0.0
 
-    def points(self) -> np.ndarray | None:
-        lbfgsb = _lbfgsb_module()
+    @classmethod
+    def batch(cls, k: int, s_default: float, s_min: float, maxiter: int) -> list["StepLbfgsb"]:
+        """k runs from the same start, their arrays rows of shared blocks (each row contiguous, as setulb needs)."""
+        m = LBFGSB_M
+        n_wa = 2 * m + 5 + 11 * m * m + 8 * m
+        f8 = np.zeros((k, 2 + n_wa + 29))
+        i4 = np.zeros((k, 3 + 2 + 2 + 4 + 44), dtype=np.int32)
+        lo = float(s_min)
+        bounds = (np.array([lo]), np.array([S0_MAX]), np.array([2], dtype=np.int32))
+        runs = []
+        for r in range(k):
+            a, b = f8[r], i4[r]
+            rows = (a[0:1], a[1:2], a[2:2 + n_wa], b[0:3], b[3:5], b[5:7], b[7:11], b[11:55], a[2 + n_wa:])
+            runs.append(cls(s_default, s_min, maxiter, rows, bounds))
+        return runs
+
+    def next_point(self) -> float | None:
+        """Run the routine to its next request: the S it wants the loss at (the finite-difference point is
+        S + self.step), or None when it has finished."""
+        setulb = _lbfgsb_module().setulb
+        task = self.task
         while True:
-            lbfgsb.setulb(LBFGSB_M, self.x, *self.bounds, self.f, self.g, FACTR,
-                          LBFGSB_GTOL, *self.work, self.task, *self.save, LBFGSB_MAXLS, self.ln_task)
-            if self.task[0] == 3:  # f and g wanted at x
+            setulb(*self._head, self.f, *self._tail)
+            if task[0] == 3:  # f and g wanted at x
                 x0 = float(self.x[0])
                 h = FD_STEP
                 if (x0 + h) - x0 == 0:
@@ -160,17 +189,21 @@ class StepLbfgsb:
                 if (x0 + h < self.lo or x0 + h > self.hi) and abs(h) <= max(x0 - self.lo, self.hi - x0):
                     h = -h
                 self.step = (x0 + h) - x0
-                return np.array([x0, x0 + h])
-            if self.task[0] == 1:  # a new iterate
+                return x0
+            if task[0] == 1:  # a new iterate
                 self.n_iterations += 1
                 if self.n_iterations >= self.maxiter:
-                    self.task[0], self.task[1] = 5, 504
+                    task[0], task[1] = 5, 504
             else:
                 return None
 
+    def points(self) -> np.ndarray | None:
+        x0 = self.next_point()
+        return None if x0 is None else np.array([x0, x0 + self.step])
+
     def supply(self, f0: float, f1: float) -> None:
         self.f = f0
-        self.g = np.array([(f1 - f0) / self.step])
+        self.g[0] = (f1 - f0) / self.step
 
     def result(self) -> tuple[float, float]:
         """(S, minimize's `fun`): the loss of the last evaluation, which is not the loss at S when the line search
@@ -194,17 +227,21 @@ def fit_many(runs: Sequence[StepLbfgsb], batch_loss: Callable[[np.ndarray, np.nd
     """Step several fits together: each round, every unfinished fit's two points are evaluated by one call
     `batch_loss(which, s)` (fit indices [k], points [k, 2] → losses [k, 2]), so a search over many candidate
     curves costs a few numpy calls per round instead of a few per fit and point."""
-    pending = {j: run.points() for j, run in enumerate(runs)}
-    pending = {j: s for j, s in pending.items() if s is not None}
+    pending = []
+    for j, run in enumerate(runs):
+        x0 = run.next_point()
+        if x0 is not None:
+            pending.append((j, x0, x0 + run.step))
     while pending:
-        which = np.fromiter(pending, dtype=np.int64, count=len(pending))
-        losses = batch_loss(which, np.stack([pending[j] for j in which]))
-        nxt = {}
-        for j, (f0, f1) in zip(which.tolist(), losses.tolist()):
-            runs[j].supply(f0, f1)
-            s = runs[j].points()
-            if s is not None:
-                nxt[j] = s
+        which = np.array([p[0] for p in pending], dtype=np.int64)
+        losses = batch_loss(which, np.array([p[1:] for p in pending]))
+        nxt = []
+        for (j, _, _), (f0, f1) in zip(pending, losses.tolist()):
+            run = runs[j]
+            run.supply(f0, f1)
+            x0 = run.next_point()
+            if x0 is not None:
+                nxt.append((j, x0, x0 + run.step))
         pending = nxt
 
 

@@ -99,3 +99,24 @@ def test_one_rating_equals_scipy_at_bounds_and_few_iterations(recall, count):
         for l1 in (True, False):
             ref = fsrs_init.fit_one_rating_scipy(delta_t, r, c, curve, s_default, S_MIN, l1)
             assert fsrs_init.fit_one_rating(delta_t, r, c, curve, s_default, S_MIN, l1) == ref
+
+
+def test_batched_runs_are_independent_and_equal_single_runs():
+    """StepLbfgsb.batch's runs keep their work arrays in rows of shared blocks and share the bounds: stepped
+    together on different losses (fit_many), each must end where a run of its own ends, bit for bit, and at its
+    own minimum: (S − c)² + S/100 is smallest at S = c − 1/200 (inside [S_MIN, 100]), and at the bound 100 for a
+    centre beyond it."""
+    centres = np.array([0.7, 3.0, 42.0, 250.0])
+    expected = [0.695, 2.995, 41.995, 100.0]
+
+    def loss(c, s):
+        return (s - c) ** 2 + s / 100
+
+    runs = fsrs_init.StepLbfgsb.batch(len(centres), 1.0, S_MIN, 1000)
+    fsrs_init.fit_many(runs, lambda which, s: loss(centres[which][:, None], s))
+    for run, c, want in zip(runs, centres, expected):
+        single = fsrs_init.StepLbfgsb(1.0, S_MIN, 1000)
+        while (s := single.points()) is not None:
+            single.supply(*loss(c, s).tolist())
+        assert run.result() == single.result()
+        assert abs(run.result()[0] - want) < 1e-4
