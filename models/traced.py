@@ -1171,10 +1171,19 @@ class CompiledOwnEngine:
         if len(cards.c_start) == 0:
             return w0
         seq = self.seq
+        if hasattr(seq.k, "tree_loss_grad"):  # a model with step_target: every distinct state once (prefix_tree.py)
+            from models.prefix_tree import PrefixTree
 
-        def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass per card
-            grad = np.zeros(len(w))
-            return seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad), grad
+            tree = PrefixTree(cards).args()
+
+            def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass over the cards' prefix tree
+                grad = np.zeros(len(w))
+                return seq.k.tree_loss_grad(w, seq.opts, *tree, grad), grad
+        else:
+            def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass per card
+                grad = np.zeros(len(w))
+                return (seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad),
+                        grad)
 
         return lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), float(cards.t_wt.sum()), len(cards.t_pos),
                          centre, inv_var, mask, self.lower, self.upper, recipe, loss_grad=loss_grad)
