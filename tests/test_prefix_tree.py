@@ -28,10 +28,12 @@ def _cards(reviews, targets):
         c_n.append(max(p for p, *_ in tg))
         rows += [(c, *x) for x in tg]
     card = np.array([r[0] for r in rows])
+    c_tb = np.searchsorted(card, np.arange(len(reviews)))
     return types.SimpleNamespace(
         seq_dt=np.array(seq_dt), seq_g=np.array(seq_g, dtype=np.int64), c_start=np.array(c_start),
-        c_n=np.array(c_n), t_pos=np.array([r[1] for r in rows]), t_dt=np.array([float(r[2]) for r in rows]),
-        t_y=np.array([float(r[3]) for r in rows]), t_wt=np.array([float(r[4]) for r in rows]), card_of=lambda: card)
+        c_n=np.array(c_n), c_tb=c_tb, c_te=np.append(c_tb[1:], len(rows)), t_pos=np.array([r[1] for r in rows]),
+        t_dt=np.array([float(r[2]) for r in rows]), t_y=np.array([float(r[3]) for r in rows]),
+        t_wt=np.array([float(r[4]) for r in rows]))
 
 
 def test_tree_of_three_cards_by_hand():
@@ -42,31 +44,43 @@ def test_tree_of_three_cards_by_hand():
     cards = _cards([[(0, 3), (1, 3), (3, 1)], [(0, 3), (1, 3), (4, 3)], [(0, 1), (1, 2)]],
                    [[(1, 1, 1, 0.5), (2, 3, 0, 1.0)], [(1, 1, 1, 0.25), (2, 4, 1, 2.0)], [(1, 1, 1, 4.0)]])
     tree = PrefixTree(cards)
-    assert tree.parent.tolist() == [-1, -1, 1]  # roots in key order: (0 days, Again), (0 days, Good); then (1, Good)
-    assert tree.node_g.tolist() == [1, 3, 3] and tree.node_t.tolist() == [0.0, 0.0, 1.0]
-    assert tree.parent[2] == 1 and tree.fused_y.tolist() == [-1.0, -1.0, 1.0] and tree.fused_wt[2] == 0.75
+    # numbered as the cards meet them: A's (0 days, Good) and (1 day, Good), which B shares; C's (0 days, Again)
+    assert tree.parent.tolist() == [-1, 0, -1]
+    assert tree.node_g.tolist() == [3, 3, 1] and tree.node_t.tolist() == [0.0, 1.0, 0.0]
+    assert tree.fused_y.tolist() == [-1.0, 1.0, -1.0] and tree.fused_wt.tolist() == [0.0, 0.75, 0.0]
     left = sorted(zip(tree.grp_node.tolist(), tree.grp_t.tolist(), tree.grp_y.tolist(), tree.grp_wt.tolist()))
-    assert left == [(0, 1.0, 1.0, 4.0), (2, 3.0, 0.0, 1.0), (2, 4.0, 1.0, 2.0)]
+    assert left == [(1, 3.0, 0.0, 1.0), (1, 4.0, 1.0, 2.0), (2, 1.0, 1.0, 4.0)]
 
 
 def test_two_labels_at_one_time():
     """Targets of both labels at one node and time are two groups; the i-th child taken at that time (any grade:
-    a target's curve does not read the grade) carries the i-th group by label, and a group without a child is
-    computed on its own. A −0 elapsed time is not +0's step (the card loop's same_time)."""
+    a target's curve does not read the grade) carries the i-th group (in the order the targets meet them), and a
+    group without a child is computed on its own. A −0 elapsed time is not +0's step (the card loop's
+    same_time)."""
     cards = _cards([[(0, 3), (2, 1), (5, 3)], [(0, 3), (2, 3), (5, 3)], [(0, 3), (2, 3), (6, 3)],
                     [(0, 3), (-0.0, 3), (1, 3)], [(0, 2), (3, 3), (1, 3)], [(0, 2), (3, 1)]],
                    [[(1, 2, 0, 1.0), (2, 5, 1, 1.0)], [(1, 2, 1, 1.0), (2, 5, 1, 1.0)], [(1, 2, 1, 3.0), (2, 6, 1, 1.0)],
                     [(1, 0.0, 1, 1.0), (2, 1, 1, 1.0)], [(1, 3, 1, 1.0), (2, 1, 1, 1.0)], [(1, 3, 0, 2.0)]])
     tree = PrefixTree(cards)
-    # roots (0, Hard) and (0, Good); under Hard: (3, Good); under Good: (−0, Good), (2, Again), (2, Good)
-    assert tree.parent.tolist() == [-1, -1, 0, 1, 1, 1]
-    assert tree.node_g.tolist() == [2, 3, 3, 3, 1, 3] and np.signbit(tree.node_t[3])
-    assert tree.fused_y.tolist() == [-1.0, -1.0, 0.0, -1.0, 0.0, 1.0]
-    assert tree.fused_wt.tolist() == [0.0, 0.0, 2.0, 0.0, 1.0, 4.0]
+    # A: (0, Good), (2, Again); B, C: (2, Good); D: (−0, Good); E, F: (0, Hard), (3, Good)
+    assert tree.parent.tolist() == [-1, 0, 0, 0, -1, 4]
+    assert tree.node_g.tolist() == [3, 1, 3, 3, 2, 3] and np.signbit(tree.node_t[3])
+    # at (root, 2 days) A's forgotten target came first: the first child, (2, Again); B's and C's the second one;
+    # at (E's root, 3 days) E's recalled target takes the only child, F's forgotten one stays alone
+    assert tree.fused_y.tolist() == [-1.0, 0.0, 1.0, -1.0, -1.0, 1.0]
+    assert tree.fused_wt.tolist() == [0.0, 1.0, 4.0, 0.0, 0.0, 1.0]
     left = sorted(zip(tree.grp_node.tolist(), tree.grp_t.tolist(), tree.grp_y.tolist(), tree.grp_wt.tolist()))
-    assert left == [(0, 3.0, 1.0, 1.0), (1, 0.0, 1.0, 1.0), (2, 1.0, 1.0, 1.0), (3, 1.0, 1.0, 1.0),
-                    (4, 5.0, 1.0, 1.0), (5, 5.0, 1.0, 1.0), (5, 6.0, 1.0, 1.0)]
-    assert not np.signbit(tree.grp_t[tree.grp_node == 1][0])  # the +0 target: no step at +0 days
+    assert left == [(0, 0.0, 1.0, 1.0), (1, 5.0, 1.0, 1.0), (2, 5.0, 1.0, 1.0), (2, 6.0, 1.0, 1.0),
+                    (3, 1.0, 1.0, 1.0), (4, 3.0, 0.0, 2.0), (5, 1.0, 1.0, 1.0)]
+    assert not np.signbit(tree.grp_t[tree.grp_node == 0][0])  # the +0 target: no step at +0 days
+
+
+def test_nan_elapsed_time_is_never_fused():
+    cards = _cards([[(0, 3), (np.nan, 3)], [(0, 3), (np.nan, 3)]], [[(1, np.nan, 1, 1.0), (2, 1, 1, 1.0)],
+                                                                  [(1, np.nan, 1, 2.0), (2, 1, 1, 1.0)]])
+    tree = PrefixTree(cards)
+    assert tree.parent.tolist() == [-1, 0] and tree.fused_y.tolist() == [-1.0, -1.0]
+    assert len(tree.grp_node) == 2 and tree.grp_wt.tolist() == [3.0, 2.0]
 
 
 @pytest.mark.parametrize("name", ["models.sbd", "models.fsrs7"])
