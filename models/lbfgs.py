@@ -29,6 +29,7 @@ import math
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 
 def _div(a: float, b: float) -> float:
@@ -56,6 +57,32 @@ def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None) -> float:
             min_pos = x1 - (x1 - x2) * _div(g1 + d2 - d1, g1 - g2 + 2 * d2)
         return min(max(min_pos, lo), hi)
     return (lo + hi) / 2.0
+
+
+@njit(cache=True)
+def _two_loop(g, dirs, stps, ro, h_diag):
+    """The L-BFGS direction −H·g by the two-loop recursion over the history (rows oldest first: y = dirs,
+    s = stps, ro = 1/(y·s)), torch's loop written out (compiled: ~80 numpy calls an iteration at history 20 were
+    a third of a small user's fit)."""
+    n, k = len(g), len(ro)
+    q = -g
+    al = np.empty(k)
+    for i in range(k - 1, -1, -1):
+        acc = 0.0
+        for j in range(n):
+            acc += stps[i, j] * q[j]
+        al[i] = acc * ro[i]
+        for j in range(n):
+            q[j] += -al[i] * dirs[i, j]
+    r = q * h_diag
+    for i in range(k):
+        acc = 0.0
+        for j in range(n):
+            acc += dirs[i, j] * r[j]
+        be_i = acc * ro[i]
+        for j in range(n):
+            r[j] += (al[i] - be_i) * stps[i, j]
+    return r
 
 
 class _Evaluator:
@@ -186,17 +213,9 @@ def minimize(fg: Callable[[np.ndarray], tuple[float, np.ndarray]], x0, lr: float
                 old_stps.append(s)
                 ro.append(1.0 / ys)
                 h_diag = ys / float(y @ y)
-            num_old = len(old_dirs)
-            al = [0.0] * num_old
-            q = -flat_grad
-            for i in range(num_old - 1, -1, -1):
-                al[i] = float(old_stps[i] @ q) * ro[i]
-                q = q + (-al[i]) * old_dirs[i]
-            d = r = q * h_diag
-            for i in range(num_old):
-                be_i = float(old_dirs[i] @ r) * ro[i]
-                r = r + (al[i] - be_i) * old_stps[i]
-            d = r
+            n = len(flat_grad)
+            d = _two_loop(flat_grad, np.array(old_dirs).reshape(-1, n), np.array(old_stps).reshape(-1, n),
+                          np.array(ro, dtype=np.float64), float(h_diag))
         prev_flat_grad = flat_grad
         prev_loss = loss
 
