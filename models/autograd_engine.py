@@ -449,9 +449,9 @@ def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_v
     the card-major engine and the per-target trainer (models/own_model.py, --trainer upstream).
 
     loss_grad (optional): Σ weight·BCE and its gradient as float64 numpy, (loss, grad) = loss_grad(w) (the compiled
-    engine's). The closure then forms the objective and its gradient with the tensor operations autograd performs
-    for bce_sum = NumpyLoss(loss_grad), without building and walking a graph each evaluation (the same floats:
-    tests/test_traced.py), which was ~15% of SBD's fit once its compiled pass was fused."""
+    engine's). Then no torch at all: _lbfgs_numpy runs torch's algorithm in numpy (models/lbfgs.py) on the objective
+    and gradient the closure would form, the same trial points to rounding (tests/test_traced.py,
+    tests/test_lbfgs.py); torch's optimizer on 0-dim tensors had been ~20% of SBD's fit, more on small users."""
     lam = recipe.prior_weight(n_targets) if callable(recipe.prior_weight) else float(recipe.prior_weight)
     if loss_grad is not None:
         return _lbfgs_numpy(w0, loss_grad, denom, lam, w_init, inv_var, mask, lower, upper, recipe)

@@ -1159,8 +1159,10 @@ class CompiledOwnEngine:
                             weights=weights, prior_scale=float(pw))
 
     def _lbfgs(self, w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep) -> np.ndarray:
-        """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's optimizer, the same
-        objective, line search and revert rule), its Σ weight·BCE and gradient from one compiled pass per card."""
+        """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's algorithm, here followed in
+        numpy by models/lbfgs.py; the same objective, line search and revert rule), its Σ weight·BCE and gradient
+        from one compiled pass over the cards (over their prefix tree when the plug-in fuses a step and its
+        target, as traced plug-ins do: models/prefix_tree.py)."""
         from models.autograd_engine import NumpyLoss, lbfgs_fit
         from models.seq_engine import fit_prior, training_cards
 
