@@ -98,3 +98,35 @@ def test_cubic_interpolation_by_hand():
     assert _cubic_interpolate(0.0, 1.0, -2.0, 3.0, 4.0, 4.0, bounds=(2.0, 5.0)) == 2.0  # clamped to the bounds
     # no real minimiser (d1² < g1·g2): the bounds' midpoint
     assert _cubic_interpolate(0.0, 0.0, 1.0, 1.0, 5.0 / 3.0, 4.0) == 0.5  # d1 = 1 + 4 − 3·(5/3) = 0 < g1·g2
+
+
+def _fit(loss_grad, w0, w_init, lower, upper, revert=True):
+    from models.autograd_engine import Recipe, lbfgs_fit
+
+    recipe = Recipe(optimizer="lbfgs", lr=1.0, max_iter=200, history_size=20, prior_weight=0.0,
+                    revert_if_worse=revert)
+    n = len(w0)
+    return lbfgs_fit(np.array(w0, float), None, 1.0, 10, np.array(w_init, float), np.zeros(n), np.ones(n), lower,
+                     upper, recipe, loss_grad=loss_grad)
+
+
+def test_lbfgs_fit_numpy_path_start_end_objectives_and_revert():
+    """lbfgs_fit with a numpy loss_grad: no pass beyond the optimizer's own unless the box clip moves the end point
+    (then one, at the clipped point); the revert rule on that end objective; a never-finite loss keeps w_init."""
+    calls = []
+
+    def parabola(w):  # (w − 3)², minimum at 3
+        calls.append(w.copy())
+        return float((w[0] - 3.0) ** 2), np.array([2.0 * (w[0] - 3.0)])
+
+    out = _fit(parabola, [0.0], [0.0], [-10.0], [10.0])
+    assert abs(out[0] - 3.0) < 1e-6 and np.array_equal(calls[-1], out)  # the end point was the last evaluated
+    n_free = len(calls)
+    calls.clear()
+    assert _fit(parabola, [0.0], [0.0], [-10.0], [2.0])[0] == 2.0  # clipped: f(2) = 1 < f(0) = 9, kept
+    assert len(calls) == n_free + 1 and calls[-1][0] == 2.0
+    # clipped to −1 from a start of 0: f(−1) = 16 > f(0) = 9, so w_init (clipped into the box) comes back
+    assert _fit(parabola, [0.0], [-3.0], [-5.0], [-1.0])[0] == -3.0
+    assert _fit(parabola, [0.0], [-3.0], [-5.0], [-1.0], revert=False)[0] == -1.0
+    never = _fit(lambda w: (float("nan"), np.zeros(len(w))), [0.5, 0.5], [0.25, 1.0], [-9, -9], [9, 9])
+    np.testing.assert_array_equal(never, [0.25, 1.0])
