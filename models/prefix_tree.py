@@ -20,9 +20,10 @@ of a (node, time), in the order the targets meet them, goes to the i-th child of
 left without one is computed on its own (target_loss_vjp). An elapsed time of NaN is never fused (NaN ≠ NaN, as
 in the card loop's same_time).
 
-The tree is built by one compiled pass over the sequences with open-addressing hash tables (~4-6 ms for the 25k
-states of the 45k-review user's last fold, 0.01 s over its 5 folds): a numpy build by sorts, level by level, took
-15-30 ms a fold there, up to a tenth of the fit.
+The tree is built by one compiled pass over the sequences with open-addressing hash tables, one row (key, value)
+per slot so that a probe reads one cache line, three tables of 2-4 slots per state (~1.5-2 ms for the 25k states
+of the 45k-review user's last fold, ~0.01 s over its 5 folds; 32 MB of tables at a million states): a numpy build
+by sorts, level by level, took 15-30 ms a fold there, up to a tenth of the fit.
 """
 
 from __future__ import annotations
@@ -31,17 +32,20 @@ import numpy as np
 from numba import njit
 
 
+_EMPTY = -2  # a free slot's first key (first keys are nodes, or −1 for "no parent")
+
+
 @njit(cache=True)
-def _slot(keys, used, a, b, c):
-    """The slot of key (a, b, c) in an open-addressing table (len a power of two): its own, or the empty one where
-    it would go."""
-    mask = len(used) - 1
+def _slot(table, a, b, c):
+    """The slot of key (a, b, c) in an open-addressing table (rows a, b, c, value; a power of two of them): its
+    own, or the free one where it would go. One row per slot, so a probe touches one cache line."""
+    mask = len(table) - 1
     h = a
     for x in (b, c):  # mix, then add the next part: float bits differ in their high bits, the slot is the low ones
         h = (h ^ (h >> 31)) * 0x5851F42D4C957F2D + x
     h = (h ^ (h >> 31)) * 0x5851F42D4C957F2D
     i = (h ^ (h >> 31)) & mask
-    while used[i] and not (keys[i, 0] == a and keys[i, 1] == b and keys[i, 2] == c):
+    while table[i, 0] != _EMPTY and not (table[i, 0] == a and table[i, 1] == b and table[i, 2] == c):
         i = (i + 1) & mask
     return i
 
@@ -51,26 +55,22 @@ def _table(n):
     cap = 1
     while cap < 2 * n + 2:
         cap *= 2
-    return np.empty((cap, 3), dtype=np.int64), np.zeros(cap, dtype=np.bool_), np.empty(cap, dtype=np.int64)
+    return np.full((cap, 4), _EMPTY, dtype=np.int64)
 
 
 @njit(cache=True)
 def _put(table, a, b, c, value):
-    keys, used, vals = table
-    i = _slot(keys, used, a, b, c)
-    if used[i]:
-        return vals[i]
-    used[i] = True
-    keys[i, 0], keys[i, 1], keys[i, 2] = a, b, c
-    vals[i] = value
-    return value
+    """The value of key (a, b, c), stored as `value` when the key is new."""
+    i = _slot(table, a, b, c)
+    if table[i, 0] == _EMPTY:
+        table[i, 0], table[i, 1], table[i, 2], table[i, 3] = a, b, c, value
+    return table[i, 3]
 
 
 @njit(cache=True)
 def _get(table, a, b, c):
-    keys, used, vals = table
-    i = _slot(keys, used, a, b, c)
-    return vals[i] if used[i] else -1
+    i = _slot(table, a, b, c)
+    return table[i, 3] if table[i, 0] != _EMPTY else -1
 
 
 @njit(cache=True)
@@ -87,8 +87,7 @@ def _build(t_bits, seq_g, c_start, c_n, c_tb, c_te, t_pos, dt_bits, y_bits, t_wt
     for c in range(len(c_start)):
         n_states += c_n[c]
     nodes = _table(n_states)
-    n_children = _table(n_states)  # (parent, time) -> children so far
-    child_at = _table(n_states)  # (parent, time, rank) -> child
+    child_at = _table(n_states)  # (parent, time, rank) -> the rank-th child taken at that time
     parent = np.empty(n_states, dtype=np.int64)
     review = np.empty(n_states, dtype=np.int64)
     node_of = np.empty(len(t_bits), dtype=np.int64)
@@ -103,8 +102,9 @@ def _build(t_bits, seq_g, c_start, c_n, c_tb, c_te, t_pos, dt_bits, y_bits, t_wt
                 review[count] = i
                 count += 1
                 if p >= 0:
-                    rank = _put(n_children, p, t_bits[i], 0, 0)
-                    n_children[2][_slot(n_children[0], n_children[1], p, t_bits[i], 0)] = rank + 1
+                    rank = 0
+                    while _get(child_at, p, t_bits[i], rank) >= 0:  # a handful at most: one per grade
+                        rank += 1
                     _put(child_at, p, t_bits[i], rank, node)
             node_of[i] = node
             p = node
@@ -124,15 +124,16 @@ def _build(t_bits, seq_g, c_start, c_n, c_tb, c_te, t_pos, dt_bits, y_bits, t_wt
                 n_groups += 1
             g_wt[g] += t_wt[j]
     fused = np.full(count, -1, dtype=np.int64)
-    taken = _table(n_groups)  # (node, time) -> groups fused so far
-    for g in range(n_groups):
+    for g in range(n_groups):  # the first child at the group's (node, time) not yet taken: the i-th for the i-th
         j = g_first[g]
         if not _is_nan(dt_bits[j]):
-            rank = _put(taken, g_node[g], dt_bits[j], 0, 0)
-            child = _get(child_at, g_node[g], dt_bits[j], rank)
+            rank = 0
+            child = _get(child_at, g_node[g], dt_bits[j], 0)
+            while child >= 0 and fused[child] >= 0:
+                rank += 1
+                child = _get(child_at, g_node[g], dt_bits[j], rank)
             if child >= 0:
                 fused[child] = g
-                taken[2][_slot(taken[0], taken[1], g_node[g], dt_bits[j], 0)] = rank + 1
     return parent[:count], review[:count], g_node[:n_groups], g_first[:n_groups], g_wt[:n_groups], fused
 
 
