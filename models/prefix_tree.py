@@ -21,9 +21,9 @@ left without one is computed on its own (target_loss_vjp). An elapsed time of Na
 in the card loop's same_time).
 
 The tree is built by one compiled pass over the sequences with open-addressing hash tables, one row (key, value)
-per slot so that a probe reads one cache line, three tables of 2-4 slots per state (~1.5-2 ms for the 25k states
-of the 45k-review user's last fold, ~0.01 s over its 5 folds; 32 MB of tables at a million states): a numpy build
-by sorts, level by level, took 15-30 ms a fold there, up to a tenth of the fit.
+per slot so that a probe reads one cache line, two tables of 2-4 slots (32 bytes each) per state at a time
+(~1.5-2 ms for the 25k states of the 45k-review user's last fold, ~0.01 s over its 5 folds; ~130 MB at a million
+states, while it runs): a numpy build by sorts, level by level, took 15-30 ms a fold there.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ def _build(t_bits, seq_g, c_start, c_n, c_tb, c_te, t_pos, dt_bits, y_bits, t_wt
                     _put(child_at, p, t_bits[i], rank, node)
             node_of[i] = node
             p = node
+    nodes = _table(0)  # freed: two tables at a time
     n_t = len(t_pos)
     groups = _table(n_t)
     g_node = np.empty(n_t, dtype=np.int64)
