@@ -18,9 +18,10 @@ The algorithm is torch's (torch/optim/lbfgs.py, itself minFunc's), with its cons
 - after the step: stop at max_iter iterations, max_eval evaluations (max_iter·5 // 4), max|g| <= tolerance_grad,
   max|t·d| <= tolerance_change, or |f − f_prev| < tolerance_change.
 Arithmetic differs from torch's only in rounding: torch's 7-element dot products and sums run in MKL's or its
-vectorised order (and add(alpha=...) may be fused), these in numpy's. tests/test_lbfgs.py holds it to
-torch.optim.LBFGS itself on a quadratic, Rosenbrock's function and SBD's loss: same iterations and evaluations,
-parameters to ~1e-12.
+vectorised order (and add(alpha=...) may be fused), these in numpy's or a plain loop's. tests/test_lbfgs.py and
+tests/test_traced.py hold it to torch.optim.LBFGS itself: the same iterations, evaluations and trial points, to
+1e-14 on a quadratic, 1e-11 on SBD's loss, 1e-9 on Rosenbrock's function (whose curved valley amplifies rounding
+over 50-100 trial points).
 """
 
 from __future__ import annotations

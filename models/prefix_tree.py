@@ -127,7 +127,7 @@ def _build(t_bits, seq_g, c_start, c_n, c_tb, c_te, t_pos, dt_bits, y_bits, t_wt
     fused = np.full(count, -1, dtype=np.int64)
     for g in range(n_groups):  # the first child at the group's (node, time) not yet taken: the i-th for the i-th
         j = g_first[g]
-        if not _is_nan(dt_bits[j]):
+        if not _is_nan(dt_bits[j]) and not _is_nan(y_bits[j]):  # (a NaN label would read as "none fused")
             rank = 0
             child = _get(child_at, g_node[g], dt_bits[j], 0)
             while child >= 0 and fused[child] >= 0:
