@@ -34,10 +34,15 @@ per fold) ~70%, torch.optim.LBFGS's bookkeeping on 0-dim tensors ~20%. Now ~0.33
   0.02 s of the user, and its start and end objectives are evaluations it already made (10 passes fewer);
 - the rest (features, the 5 predictions, metrics) ~0.06 s.
 A small user (sim36, 590 test rows) went 0.07-0.09 → ~0.02 s, where torch's bookkeeping had been most of the cost.
-The row's projection (bench_executors.py project) 4.8 → 1.7 CPU-hours. The weights are those of the card loop and
-torch's optimizer up to rounding (raw weights within 1e-11; tests/test_prefix_tree.py, tests/test_lbfgs.py): rounded to 4 decimals,
-they and the predictions were bit-identical on the embedded and six sim36 users. torch is still imported once per
-process (~2 s): this file is traced from its torch functions (models/traced.py).
+The row's projection (bench_executors.py project, two paired runs) 4.84 / 4.90 → 1.66 / 1.84 CPU-hours; the whole
+`other.py --model SBD` over the 36 sim36 users, one process, 16.0 → 6.9 CPU-seconds (median of 3 pairs). The
+weights are those of the card loop and torch's optimizer up to rounding (raw weights within 1e-11;
+tests/test_prefix_tree.py, tests/test_lbfgs.py): rounded to 4 decimals, they and the predictions were bit-identical
+on the embedded and six sim36 users (result lines identical). torch is still imported once per process (~2 s):
+this file is traced from its torch functions (models/traced.py).
+Not done: a step's grade-independent part (the recall at t, both branches' S') is the same for siblings taken at
+the same time and could be shared (the generated step would need splitting); predictions over a prefix tree of
+the test cards would save at most ~5 ms of the user's ~22 ms of predictions (the tree's build eats the rest).
 
 Recency: the original always weights rows by recency, and upstream's published run passes --recency. Upstream's
 script gives --recency its FSRS-7 formula (0.0667 + 0.9333·(i/N)^11.25) only for FSRS-7; every other model,
