@@ -449,10 +449,12 @@ def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_v
     the card-major engine and the per-target trainer (models/own_model.py, --trainer upstream).
 
     loss_grad (optional): Σ weight·BCE and its gradient as float64 numpy, (loss, grad) = loss_grad(w) (the compiled
-    engine's). The closure then forms the objective and its gradient with the tensor operations autograd performs
-    for bce_sum = NumpyLoss(loss_grad), without building and walking a graph each evaluation (the same floats:
-    tests/test_traced.py), which was ~15% of SBD's fit once its compiled pass was fused."""
+    engine's). Then no torch at all: _lbfgs_numpy runs torch's algorithm in numpy (models/lbfgs.py) on the objective
+    and gradient the closure would form, the same trial points to rounding (tests/test_traced.py,
+    tests/test_lbfgs.py); torch's optimizer on 0-dim tensors had been ~20% of SBD's fit, more on small users."""
     lam = recipe.prior_weight(n_targets) if callable(recipe.prior_weight) else float(recipe.prior_weight)
+    if loss_grad is not None:
+        return _lbfgs_numpy(w0, loss_grad, denom, lam, w_init, inv_var, mask, lower, upper, recipe)
     as_t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)  # noqa: E731
     inv_var_t, anchor, mask_t, lo, hi = as_t(inv_var), as_t(w_init), as_t(mask), as_t(lower), as_t(upper)
     w = as_t(w0).clone().requires_grad_(True)
@@ -503,6 +505,48 @@ def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_v
     except RuntimeError:
         final = math.nan
     w_fit = np.minimum(np.maximum(w.detach().cpu().numpy().astype(np.float64), lower), upper)
+    if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
+        return np.minimum(np.maximum(np.asarray(w_init, dtype=np.float64), lower), upper)
+    return w_fit
+
+
+def _lbfgs_numpy(w0, loss_grad: Callable, denom: float, lam: float, w_init, inv_var, mask, lower, upper,
+                 recipe: Recipe) -> np.ndarray:
+    """lbfgs_fit with a numpy loss_grad: torch's L-BFGS followed step for step in numpy (models/lbfgs.py), on the
+    objective and gradient the torch closure forms (the same operations element by element; the prior's 7-term sum
+    in numpy's order). The fit's start and end objectives are the evaluations already made at w0 and at the point
+    it ends on (no extra pass unless the box clip moves that point)."""
+    from models.lbfgs import minimize
+
+    anchor = np.asarray(w_init, dtype=np.float64)
+    inv_var = np.asarray(inv_var, dtype=np.float64)
+    mask = np.asarray(mask, dtype=np.float64)
+    lam_inv_var = lam * inv_var
+    one_over = 1.0 / denom
+    seen: dict[bytes, float] = {}  # the objective at every evaluated point, before the non-finite rule
+
+    def objective(x):
+        value, grad = loss_grad(x)
+        diff = x - anchor
+        return value / denom + lam * float(np.sum(diff ** 2 * inv_var)), grad, diff
+
+    def fg(x):
+        f, grad, diff = objective(x)
+        seen[x.tobytes()] = f
+        if math.isfinite(f):
+            g = (one_over * np.asarray(grad, dtype=np.float64) + lam_inv_var * (2 * diff)) * mask
+            if np.isfinite(g).all():
+                return f, g
+        return 1e6, np.zeros(len(x))  # a very bad point: the line search backs off
+
+    x0 = np.asarray(w0, dtype=np.float64)
+    x, _ = minimize(fg, x0, lr=recipe.lr, max_iter=recipe.max_iter, history_size=recipe.history_size,
+                    tolerance_grad=recipe.tolerance_grad, tolerance_change=recipe.tolerance_change)
+    start = seen[x0.tobytes()]
+    w_fit = np.minimum(np.maximum(x, lower), upper)
+    final = seen.get(w_fit.tobytes())
+    if final is None:
+        final = objective(w_fit)[0]
     if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
         return np.minimum(np.maximum(np.asarray(w_init, dtype=np.float64), lower), upper)
     return w_fit

@@ -22,11 +22,27 @@ iterations, history 20, tolerances 1e-7 / 1e-9) from the defaults, minimising Σ
 training rows with history <= 64, plus λ·Σ((w − w_default)/σ)² with λ = 1e-3·2000 / N_targets; if the fit ends
 with a higher objective than it started (or a non-finite one), the defaults are kept. Predictions use the weights
 rounded to 4 decimals (upstream's benchmark_state, as for the FSRS models). Upstream float32, here float64.
-Cost: ~25-30 loss/gradient evaluations per fold (strong-Wolfe line searches included), each one compiled pass over
-every training card (models/traced.py's plug-in: the target's recall is the next step's own, so a target costs its
-BCE only); torch's L-BFGS gets the objective's gradient without an autograd graph (autograd_engine.lbfgs_fit's
-loss_grad). On a 45k-review user the compiled passes are ~70% of the user's time, torch's L-BFGS bookkeeping most
-of the rest.
+Cost (a 45k-review simulated user, its 5 folds, in-process CPU time, best of 5, on the shared 2-core VM): ~24-32
+loss/gradient evaluations per fold (138 in all), each one compiled pass. A user used to cost ~0.86-1.05 s: 148
+passes over every training card (~4.7 ms each: the 138 the optimizer asks for, plus a start and an end objective
+per fold) ~70%, torch.optim.LBFGS's bookkeeping on 0-dim tensors ~20%. Now ~0.33-0.37 s (2.3-2.6x):
+- the passes run over a prefix tree of the training cards (models/prefix_tree.py, seq_engine_kernels'
+  tree_loss_grad): a state depends on the card's reviews so far only, so every distinct review prefix is computed
+  once and equal targets' weights are summed; 24,849 states become 9,863 nodes on this user's last fold (2.5x;
+  3.0-4.5x on the embedded users), ~1.8 ms a pass, 0.25 s of the user; the trees built in 0.01 s in all;
+- the optimizer is torch's L-BFGS step for step in numpy (models/lbfgs.py; its two-loop recursion compiled):
+  0.02 s of the user, and its start and end objectives are evaluations it already made (10 passes fewer);
+- the rest (features, the 5 predictions, metrics) ~0.06 s.
+A small user (sim36, 590 test rows) went 0.07-0.09 → ~0.02 s, where torch's bookkeeping had been most of the cost.
+The row's projection (bench_executors.py project, two paired runs) 4.84 / 4.90 → 1.66 / 1.84 CPU-hours; the whole
+`other.py --model SBD` over the 36 sim36 users, one process, 16.0 → 6.9 CPU-seconds (median of 3 pairs). The
+weights are those of the card loop and torch's optimizer up to rounding (raw weights within 1e-11;
+tests/test_prefix_tree.py, tests/test_lbfgs.py): rounded to 4 decimals, they and the predictions were bit-identical
+on the embedded and six sim36 users (result lines identical). torch is still imported once per process (~2 s):
+this file is traced from its torch functions (models/traced.py).
+Not done: a step's grade-independent part (the recall at t, both branches' S') is the same for siblings taken at
+the same time and could be shared (the generated step would need splitting); predictions over a prefix tree of
+the test cards would save at most ~5 ms of the user's ~22 ms of predictions (the tree's build eats the rest).
 
 Recency: the original always weights rows by recency, and upstream's published run passes --recency. Upstream's
 script gives --recency its FSRS-7 formula (0.0667 + 0.9333·(i/N)^11.25) only for FSRS-7; every other model,

@@ -136,6 +136,49 @@ def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, b
             gstates[k - 1, i] += gprev[i]
     init_vjp(w, seq_g[start], seq_dt[start], states[0], gstates[0], gw)
     return loss
+
+
+@njit(cache=True)
+def tree_loss_grad(w, opts, parent, node_t, node_g, fused_y, fused_wt, grp_node, grp_t, grp_y, grp_wt, gw):
+    """loss_grad_cards over a prefix tree of the cards (models/prefix_tree.py): node i is the state after a review
+    sequence shared by one or more cards, computed once from its parent's (init for a root, parent −1); nodes are
+    in topological order. A node with fused_y[i] >= 0 (−1: none) also computes a target group, the summed weight
+    fused_wt[i] of every target that reads its parent's state at the node's own elapsed time with label fused_y[i]
+    (step_target, as the card loop fuses one); the other target groups (grp_*) go through target_loss_vjp. Adds
+    the gradient into gw. The card loop's loss and gradient up to rounding (weights summed first, sums in another
+    order)."""
+    n_nodes = len(parent)
+    wc = precompute(w, opts)
+    gwc = np.zeros(len(wc))
+    states = np.empty((n_nodes, max(N_STATE, 1)))
+    gstates = np.zeros((n_nodes, max(N_ADJ, 1)))
+    gprev = np.zeros(max(N_STATE, 1))
+    loss = 0.0
+    for i in range(n_nodes):
+        p = parent[i]
+        if p < 0:
+            init(wc, node_g[i], node_t[i], states[i])
+        elif fused_y[i] >= 0.0:
+            loss += step_target(wc, states[p], node_t[i], node_g[i], fused_y[i], fused_wt[i], states[i])
+        else:
+            step(wc, states[p], node_t[i], node_g[i], states[i])
+    for j in range(len(grp_node)):
+        k = grp_node[j]
+        loss += target_loss_vjp(wc, states[k], grp_t[j], grp_y[j], grp_wt[j], gstates[k], gwc)
+    for i in range(n_nodes - 1, -1, -1):
+        p = parent[i]
+        if p < 0:
+            init_vjp(wc, node_g[i], node_t[i], states[i], gstates[i], gwc)
+            continue
+        if fused_y[i] >= 0.0:
+            step_target_vjp(wc, states[p], node_t[i], node_g[i], fused_y[i], fused_wt[i], states[i], gstates[i],
+                            gprev, gwc)
+        else:
+            step_vjp(wc, states[p], node_t[i], node_g[i], states[i], gstates[i], gprev, gwc)
+        for a in range(N_ADJ):
+            gstates[p, a] += gprev[a]
+    precompute_vjp(w, opts, wc, gwc, gw)
+    return loss
 # ---- STEP-TARGET-END
 
 

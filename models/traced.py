@@ -1159,8 +1159,10 @@ class CompiledOwnEngine:
                             weights=weights, prior_scale=float(pw))
 
     def _lbfgs(self, w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep) -> np.ndarray:
-        """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's optimizer, the same
-        objective, line search and revert rule), its Σ weight·BCE and gradient from one compiled pass per card."""
+        """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's algorithm, here followed in
+        numpy by models/lbfgs.py; the same objective, line search and revert rule), its Σ weight·BCE and gradient
+        from one compiled pass over the cards (over their prefix tree when the plug-in fuses a step and its
+        target, as traced plug-ins do: models/prefix_tree.py)."""
         from models.autograd_engine import NumpyLoss, lbfgs_fit
         from models.seq_engine import fit_prior, training_cards
 
@@ -1171,10 +1173,19 @@ class CompiledOwnEngine:
         if len(cards.c_start) == 0:
             return w0
         seq = self.seq
+        if hasattr(seq.k, "tree_loss_grad"):  # a model with step_target: every distinct state once (prefix_tree.py)
+            from models.prefix_tree import PrefixTree
 
-        def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass per card
-            grad = np.zeros(len(w))
-            return seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad), grad
+            tree = PrefixTree(cards).args()
+
+            def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass over the cards' prefix tree
+                grad = np.zeros(len(w))
+                return seq.k.tree_loss_grad(w, seq.opts, *tree, grad), grad
+        else:
+            def loss_grad(w):  # Σ weight·BCE and its gradient, one compiled pass per card
+                grad = np.zeros(len(w))
+                return (seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad),
+                        grad)
 
         return lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), float(cards.t_wt.sum()), len(cards.t_pos),
                          centre, inv_var, mask, self.lower, self.upper, recipe, loss_grad=loss_grad)

@@ -300,21 +300,23 @@ def test_sbd_lbfgs_on_the_compiled_loss_equals_the_autograd_engine():
 
 
 @pytest.mark.parametrize("mask", [None, [1, 1, 0, 1, 1, 0, 1]])
-def test_lbfgs_with_a_numpy_gradient_takes_the_autograd_closures_steps_bit_for_bit(mask):
-    """lbfgs_fit(loss_grad=...) forms the objective's gradient without autograd (the compiled engines' path): every
-    evaluation's loss and gradient, hence every L-BFGS step and the result, are those of the autograd closure over
-    NumpyLoss, to the bit; the non-finite rule too (a loss that turns NaN at some evaluations)."""
+def test_lbfgs_with_a_numpy_gradient_takes_the_torch_optimizers_steps(mask):
+    """lbfgs_fit(loss_grad=...) (the compiled engines' path: models/lbfgs.py on numpy, the objective formed in
+    numpy) against lbfgs_fit through torch.optim.LBFGS and autograd over NumpyLoss: the same trial points to
+    rounding, hence the same result, with the non-finite rule exercised (the loss turns NaN at the 3rd and 9th
+    evaluation: the line search backs off). The torch path evaluates twice more: the start and the end objective,
+    which the numpy path takes from its evaluations at those points."""
     from models.autograd_engine import NumpyLoss, lbfgs_fit
 
     mod, default, lower, upper, _ = _sbd()
     data = check_features(8, False).subset(np.arange(1200))
     seq = CompiledOwnEngine(mod, lower, upper).seq
-    calls = []
+    calls, skip = [], [0]
 
     def loss_grad(w):
         loss, grad = seq.loss_and_grad(w, data)
         calls.append(w.copy())
-        if len(calls) % 7 == 5:  # now and then a point the line search must back off from
+        if len(calls) - skip[0] in (3, 9):  # L-BFGS's 3rd and 9th evaluation: a point to back off from
             loss = math.nan
         return loss, grad
 
@@ -325,11 +327,16 @@ def test_lbfgs_with_a_numpy_gradient_takes_the_autograd_closures_steps_bit_for_b
     runs = []
     for direct in (False, True):
         calls.clear()
+        skip[0] = 0 if direct else 1  # the torch path's first call is its start objective
         fitted = lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), 1234.5, len(data), w0, inv_var, mask,
                            lower, upper, recipe, loss_grad=loss_grad if direct else None)
         runs.append((fitted, np.array(calls)))
-    assert len(runs[0][1]) > 10 and np.abs(runs[0][0] - w0).max() > 0.01
-    assert np.array_equal(runs[0][1], runs[1][1]) and np.array_equal(runs[0][0], runs[1][0])
+    (ref, ref_calls), (fitted, direct_calls) = runs
+    assert len(direct_calls) > 10 and np.abs(ref - w0).max() > 0.01
+    assert len(ref_calls) == len(direct_calls) + 2
+    assert np.array_equal(ref_calls[0], w0) and np.array_equal(ref_calls[-1], ref)  # start, end objectives
+    np.testing.assert_allclose(direct_calls, ref_calls[1:-1], rtol=0, atol=1e-11)
+    np.testing.assert_allclose(fitted, ref, rtol=0, atol=1e-13)
 
 
 def test_recipes_and_trainer_choose_the_engine():
