@@ -138,12 +138,12 @@ def instantiate(model_module: str):
             source = _cut(source, _FUSED_BEGIN, _FUSED_END)
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
+    if hasattr(model, "precompute"):
+        names += ["precompute", "precompute_vjp"]
     binding = f"from {model_module} import {', '.join(names)}"
     if not hasattr(model, "N_ADJ"):
         binding += "\nN_ADJ = N_STATE"
-    if hasattr(model, "precompute"):
-        binding += ", precompute, precompute_vjp"
-    else:  # the stub's no-op defaults: wc is w, gw += gwc
+    if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
     binding += f"\n# plug-in source {_source_digest(model)}"
