@@ -68,10 +68,30 @@ def _starts(keys: np.ndarray) -> np.ndarray:
     return s
 
 
+@njit(cache=True)
 def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Inclusive running sum restarting at each group start, summed within the group (pandas' grouped cumsum, so
-    fractional times carry no rounding from a user-wide running total)."""
-    return pd.Series(v, dtype=np.float64).groupby(np.cumsum(starts)).cumsum().to_numpy()
+    """Inclusive running sum restarting at each group start, summed within the group, as pandas' grouped cumsum
+    (`Series.groupby(group).cumsum()`, which upstream's engineer calls) computes it: Kahan-compensated, a NaN
+    left out of the sum and NaN in its own row. So fractional times carry no rounding from a user-wide running
+    total, and the result is pandas' to the bit (tests) — ~25x faster than pandas' per-call set-up and group
+    factorising, 8 calls per user (issue #19)."""
+    out = np.empty(len(v))
+    acc = 0.0
+    comp = 0.0
+    for i in range(len(v)):
+        if starts[i]:
+            acc = 0.0
+            comp = 0.0
+        x = v[i]
+        if math.isnan(x):
+            out[i] = math.nan
+            continue
+        y = x - comp
+        t = acc + y
+        comp = t - acc - y
+        acc = t
+        out[i] = t
+    return out
 
 
 def features(data: ReviewData) -> np.ndarray:
@@ -97,9 +117,7 @@ def features(data: ReviewData) -> np.ndarray:
     is_first = start.astype(np.float64)
     not_first = 1.0 - is_first
     label_sd = (label_int == 0).astype(np.float64)
-    onehot = np.stack([(r == k).astype(np.float64) for k in (2, 3, 4)], axis=1)
     first_r = r[first_of]
-    first_onehot = np.stack([(first_r == k).astype(np.float64) for k in (2, 3, 4)], axis=1)
     first_gt1 = (first_r > 1).astype(np.float64)
 
     def csum(v):
@@ -119,20 +137,75 @@ def features(data: ReviewData) -> np.ndarray:
     last_masked = np.maximum.accumulate(np.where(masked, idx, -1))
     since = times - times[last_masked]
 
-    ones = np.ones(n)
-    deg1 = np.stack([ones, onehot[:, 0], onehot[:, 1], onehot[:, 2], (r == 2) * is_first, (r > 2) * is_first,
+    # the logarithms in numpy as before (the same values to the bit); the 34 columns, their products and the
+    # scatter back to row order in one compiled pass (`_assemble`)
+    cols = np.stack([r.astype(np.float64), is_first, first_r.astype(np.float64), label_sd, g(label_real),
                      np.log1p(sd_fail), np.log1p(nsd_pass * (1 - label_sd)), np.log1p(nsd_fail * (1 - label_sd)),
-                     np.log1p(sd_pass)], axis=1)
-    deg0 = np.stack([ones, onehot[:, 0], onehot[:, 1], onehot[:, 2],
-                     first_onehot[:, 0], first_onehot[:, 1], first_onehot[:, 2],
-                     first_onehot[:, 0] * is_first, first_onehot[:, 1] * is_first, first_onehot[:, 2] * is_first,
-                     np.log1p(sd_fail), np.log1p(nsd_pass * (1 - label_sd)), g(prev_real), np.log1p(nsd_fail),
-                     np.log1p(nsd_pass), np.log1p(sd_pass * label_sd), (n_pass > 0).astype(np.float64), g(since),
-                     label_sd, g(times), first_gt1 * np.log1p(sd_fail), first_gt1 * np.log1p(nsd_fail),
-                     first_gt1 * np.log1p(n_sd), first_gt1 * np.log1p(n_nsd)], axis=1)
-    x = np.concatenate([deg1 * g(label_real)[:, None], deg0], axis=1)
-    out = np.empty_like(x)
-    out[order] = x
+                     np.log1p(sd_pass), g(prev_real), np.log1p(nsd_fail), np.log1p(nsd_pass),
+                     np.log1p(sd_pass * label_sd), (n_pass > 0).astype(np.float64), g(since), g(times), first_gt1,
+                     np.log1p(n_sd), np.log1p(n_nsd)])
+    return _assemble(cols, order)
+
+
+@njit(cache=True)
+def _assemble(cols, order):
+    """out[order[q]] = the 34 inputs of card-major row q from its per-row quantities `cols` (features: r, first,
+    first rating, label_sd, g(label), then the logarithms and flags in the order they are stacked there): the
+    10 degree-1 features times g(label), then the 24 degree-0 ones. The same products numpy's column-wise
+    version took (so the same values to the bit, signed zeros included), written row by row into the result:
+    the numpy version's eight [n, 34] temporaries (stack, product, concatenate, scatter) were ~60% of the
+    function on a 45k-review user (issue #19)."""
+    n = cols.shape[1]
+    out = np.empty((n, N_FEATURES))
+    for q in range(n):
+        r = cols[0, q]
+        first = cols[1, q]
+        fr = cols[2, q]
+        gl = cols[4, q]
+        l_sdf = cols[5, q]
+        l_nsdp_l = cols[6, q]
+        fgt1 = cols[16, q]
+        o = out[order[q]]
+        h2 = 1.0 if r == 2 else 0.0
+        h3 = 1.0 if r == 3 else 0.0
+        h4 = 1.0 if r == 4 else 0.0
+        o[0] = 1.0 * gl
+        o[1] = h2 * gl
+        o[2] = h3 * gl
+        o[3] = h4 * gl
+        o[4] = (h2 * first) * gl
+        o[5] = ((1.0 if r > 2 else 0.0) * first) * gl
+        o[6] = l_sdf * gl
+        o[7] = l_nsdp_l * gl
+        o[8] = cols[7, q] * gl
+        o[9] = cols[8, q] * gl
+        f2 = 1.0 if fr == 2 else 0.0
+        f3 = 1.0 if fr == 3 else 0.0
+        f4 = 1.0 if fr == 4 else 0.0
+        o[10] = 1.0
+        o[11] = h2
+        o[12] = h3
+        o[13] = h4
+        o[14] = f2
+        o[15] = f3
+        o[16] = f4
+        o[17] = f2 * first
+        o[18] = f3 * first
+        o[19] = f4 * first
+        o[20] = l_sdf
+        o[21] = l_nsdp_l
+        o[22] = cols[9, q]
+        o[23] = cols[10, q]
+        o[24] = cols[11, q]
+        o[25] = cols[12, q]
+        o[26] = cols[13, q]
+        o[27] = cols[14, q]
+        o[28] = cols[3, q]
+        o[29] = cols[15, q]
+        o[30] = fgt1 * l_sdf
+        o[31] = fgt1 * cols[10, q]
+        o[32] = fgt1 * cols[17, q]
+        o[33] = fgt1 * cols[18, q]
     return out
 
 
@@ -160,8 +233,14 @@ class LogisticRegression(Model):
 
     @staticmethod
     def inputs(data: ReviewData) -> np.ndarray:
-        if COLUMNS[0] not in data.rows:
+        cols = data.rows.columns
+        if COLUMNS[0] not in cols:
             return features(data)
+        first = cols.get_loc(COLUMNS[0])
+        if isinstance(first, int) and list(cols[first:first + N_FEATURES]) == COLUMNS:
+            # restrict_targets appends them side by side: a positional slice of one block, ~2x faster than
+            # selecting 34 labels (10 calls per user)
+            return data.rows.iloc[:, first:first + N_FEATURES].to_numpy(np.float64, copy=True)
         return data.rows[COLUMNS].to_numpy(np.float64, copy=True)
 
     @property
