@@ -39,8 +39,9 @@ back from the frame ~7 ms), metrics ~9 ms; on a 1k-review user ~24 ms, half of i
 grouped cumsum set-up, selecting 34 labelled columns 10 times, numpy temporaries). Now `features` runs its
 running sums (`_group_cumsum`, pandas' compensated sum to the bit) and its 34-column assembly (`_assemble`)
 compiled: 80 → 20 ms on the 45k-review user, 3.7 → 0.9 ms on a 1k one, bit-identical on every user checked; the
-inputs are read back as one positional slice. Left as it was: the AdamW kernel (already 4 rows' dot products side
-by side; its rows are gathered from all over x each batch) and the shuffles.
+inputs are read back as one positional slice; the AdamW kernel prefetches the shuffled rows it gathers
+(`_adamw_epochs`: its largest fit 28 → 15–17 ms, θ to the bit). Left as they were: the shuffles (~9 ms) and the
+day-mode feature pipeline (shared, pipeline.py).
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from models.base import Model, ReviewData
 from models.kernel_math import adam_step, cosine_lr
@@ -280,6 +284,27 @@ class LogisticRegression(Model):
         return [round(float(c), 6) for c in self.coefficients]
 
 
+PREFETCH_AHEAD = 8  # rows of the permutation requested this far ahead of the one being gathered
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, i):
+    """Ask the CPU to start loading row i of the 2-D array `arr` into cache (LLVM's prefetch: no result, never
+    faults), so that gathering the rows of a shuffled batch does not wait on one memory access at a time."""
+    def codegen(context, builder, signature, args):
+        view = context.make_array(signature.args[0])(context, builder, args[0])
+        stride = builder.extract_value(view.strides, 0)
+        addr = builder.add(builder.ptrtoint(view.data, ir.IntType(64)), builder.mul(args[1], stride))
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, keep in all cache levels, data cache
+        builder.call(fn, [builder.inttoptr(addr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(arr, types.intp), codegen
+
+
 @njit(cache=True, error_model="numpy")
 def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, weight_decay):
     """θ after AdamW over the batches of each epoch's permutation (cosine lr to 0 over all steps, torch's
@@ -288,7 +313,14 @@ def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, 
     Speed without changing a bit: a batch's rows are first gathered into one contiguous block (the permutation
     reads rows all over x), and four rows' dot products run side by side, each still summed in feature order, so
     the adds of four independent chains overlap instead of waiting on one another (one row's 34 dependent adds were
-    the critical path). 1.5× on the 45k-review simulated user's five fits (0.16 → 0.11 CPU s), same θ to the bit."""
+    the critical path). 1.5× on the 45k-review simulated user's five fits (0.16 → 0.11 CPU s), same θ to the bit.
+
+    Then (issue #19): the gather asks for the row PREFETCH_AHEAD places ahead in the permutation (`_prefetch_row`),
+    so the rows' cache misses overlap instead of coming one at a time: that user's largest fit (34k rows, 10
+    epochs; x is 9 MB) 28 → 15–17 ms (CPU, best of 7, alternating), the same as reading the rows in order
+    (13–15 ms); θ the same to the bit. Tried and not kept: gathering the batch feature-major and running the dot
+    products across rows (vectorised, each still in feature order): 27 ms, no better than the prefetch alone
+    (and 67 ms until the block's rows were padded: a 16 KB stride put a row's 34 stores in one L1 set)."""
     n, k = x.shape
     theta, m, v, grad = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
     c = np.empty(k)
@@ -304,6 +336,8 @@ def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, 
                 grad[j] = 0.0
             nb = min(batch_size, n - lo)
             for q in range(nb):
+                if q + PREFETCH_AHEAD < nb:
+                    _prefetch_row(x, perms[e, lo + q + PREFETCH_AHEAD])
                 i = perms[e, lo + q]
                 for j in range(k):
                     xb[q, j] = x[i, j]
