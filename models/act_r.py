@@ -205,9 +205,11 @@ def decay(wc, st, k, s, sa, sc, sh):
     st[k, 3] = c * sh
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
-    """t_in: target_inputs' (lnd, hist, tgt)."""
+    """t_in: target_inputs' (lnd, hist, tgt). Inlined into the engine's loops: ~9% of `adam_fit` on the 45k-review
+    user (one call per work item, ~340k; in-process A/B, median of 8 alternating pairs), weights bit-identical;
+    inlined, the training loss adam_fit does not read is dead code the compiler may drop."""
     lnd, hist, tgt = t_in
     st = buf[0]
     decay(w, st, 0, 0.0, 0.0, 0.0, 0.0)
