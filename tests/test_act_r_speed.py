@@ -14,7 +14,7 @@ from config import RunConfig
 from models.act_r import ACTR, N_LOG_DAYS
 from models.base import ReviewData
 from models.history_torch import ACTRNet
-from models.seq_engine import Cards, SeqEngine, training_cards
+from models.seq_engine import Cards, SeqEngine, time_order, training_cards
 
 
 def test_shared_items_cover_the_same_targets_per_batch(user8):
@@ -46,6 +46,17 @@ def test_shared_fit_equals_one_replay_per_target(user8):
             for b in ("length", "length-shared")]
     assert not np.allclose(fits[0], model.default_w)
     np.testing.assert_allclose(fits[1], fits[0], rtol=1e-10, atol=1e-12)
+
+
+def test_time_order_is_the_stable_argsort():
+    """seq_engine.time_order (a scatter) against numpy's stable argsort: distinct sparse row numbers, an empty
+    array, and repeated numbers (where it falls back to the sort)."""
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 500):
+        rows = rng.choice(5 * n + 1, size=n, replace=False)
+        np.testing.assert_array_equal(time_order(rows), np.argsort(rows, kind="stable"))
+    rows = np.array([4, 2, 4, 0, 2])
+    np.testing.assert_array_equal(time_order(rows), np.argsort(rows, kind="stable"))
 
 
 def fractional_cards() -> ReviewData:
