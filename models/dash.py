@@ -181,7 +181,12 @@ def actr_card(w, t_in, t_y, t_wt, tb, te, gw, out, with_grad):
     best of 7, alternating) 0.14–0.15 → 0.09–0.10 s (~1.5×); about half of what is left is the six full-objective
     passes (the start and every epoch's end: upstream's best-checkpoint rule with length batches), one exp per
     pair each. Whole user 1.15–1.3× (0.17–0.21 → 0.15–0.16 CPU s); the rest is the pipeline (features ~20 ms,
-    length batches ~13 ms, metrics ~12 ms)."""
+    length batches ~13 ms before seq_engine.time_order, metrics ~12 ms). With ~2.7 counted pairs per target on
+    that user, a pass's time is mostly per target (log1p, the sigmoid's exp, the loss's log, the engine's
+    loop: ~100–130 ns a target), so cheaper pairs barely show. Measured and not kept: Δ^(−w1) cached per
+    distinct Δ and recomputed when w1 changes (142 distinct values for its 135k pairs; bit-identical, no faster),
+    vec_math.exp_table instead of libm's exp (~4%, within noise; not bit-identical), the exps of a card's pairs
+    in one vectorised loop of vec_math.exp1 (slower)."""
     lnd, succ, off = t_in
     neg_w1 = -w[1]
     loss = 0.0
