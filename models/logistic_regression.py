@@ -40,8 +40,12 @@ grouped cumsum set-up, selecting 34 labelled columns 10 times, numpy temporaries
 running sums (`_group_cumsum`, pandas' compensated sum to the bit) and its 34-column assembly (`_assemble`)
 compiled: 80 → 20 ms on the 45k-review user, 3.7 → 0.9 ms on a 1k one, bit-identical on every user checked; the
 inputs are read back as one positional slice; the AdamW kernel prefetches the shuffled rows it gathers
-(`_adamw_epochs`: its largest fit 28 → 15–17 ms, θ to the bit). Left as they were: the shuffles (~9 ms) and the
-day-mode feature pipeline (shared, pipeline.py).
+(`_adamw_epochs`: its largest fit 28 → 15–17 ms, θ to the bit), and `features` returns pandas' block layout
+(no transposing copy when the frame takes it). Left as they were: the shuffles (~9 ms on that user) and the
+day-mode feature pipeline (shared, pipeline.py). Whole users (CPU, in process, alternating with the previous
+version): the 45k-review one ~1.3× (254 → 196 ms with section timers), four sim36 users of 1.9k–14k reviews
+1.1–1.45× (medians 1.3×). The table's projection (three pairs side by side): 1.48 → 0.92, 1.42 → 1.00,
+0.70 → 0.71 CPU-hours — the row is noisy at this size of sample; every result line identical (θ bit for bit).
 """
 
 from __future__ import annotations
