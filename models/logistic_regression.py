@@ -44,7 +44,7 @@ inputs are read back as one positional slice; the AdamW kernel prefetches the sh
 (no transposing copy when the frame takes it). Left as they were: the shuffles (~9 ms on that user) and the
 day-mode feature pipeline (shared, pipeline.py). Whole users (CPU, in process, alternating with the previous
 version): the 45k-review one ~1.3× (254 → 196 ms with section timers), four sim36 users of 1.9k–14k reviews
-1.1–1.45× (medians 1.3×). The table's projection (three pairs side by side): 1.48 → 0.92, 1.42 → 1.00,
+1.1–1.5× (medians of 5 runs 1.3–1.5×). The table's projection (three pairs side by side): 1.48 → 0.92, 1.42 → 1.00,
 0.70 → 0.71 CPU-hours — the row is noisy at this size of sample; every result line identical (θ bit for bit).
 """
 
