@@ -37,6 +37,30 @@ median of 4 runs paired with the previous version); users of a few thousand revi
 costs more than training, gain nothing. Results equal to the last printed digit (floating-point rounding only:
 sums in another order, ln Δ + ln(86400·h) instead of ln(Δ·86400·h)). What is left is one exp per pair (libm,
 ~7 ns; numba here has no vector math library) and the loop around it.
+
+Second round (issue #19; same user, 6.7M training pairs and 4.0M check pairs over its five fits, the captured
+`adam_fit` calls replayed in process, CPU, alternating with the previous version):
+- e^{m_k} is S_k = Σ_j max(1, ·)^{−d_j} itself, so a history review's decay d_k = c·S_k + a and its derivatives
+  (c·∂S/∂x, + 1 for a, + S for c) need no log, no exp and no division; only targets take ln S (`decay`);
+- ln(86400·h) and 1/h once per batch (the engine's `precompute`), not once per activation;
+- ln Δ of every pair once per Cards (`target_inputs`: the card's history triangle and each target's own row,
+  ~2 MB for this user), so a pair is a load, an add and the exp; a pair is "off" (term 1, no gradient) where
+  ln Δ + ln(86400·h) < 0, i.e. Δ·86400·h < 1 up to the rounding at exactly 1.
+`adam_fit` 0.27–0.36 → 0.19–0.25 CPU s (~1.3×), the whole user ~1.2× (the rest: features, batching set-up,
+predictions, metrics, ~0.09 s). Fitted weights within 2e−16 of the previous version's. Replacing libm's exp by
+vec_math.exp1 in the (short, mean history ~7 pair-weighted) pair loops was slower (a 13-term polynomial per
+value without vectorisation); with the exp out of the loop (an experiment, wrong values) training would take
+~0.09 s of its ~0.15 s: the exp is ~40% of training, the per-item bookkeeping (~340k item replays of ~5 reviews)
+the rest. vec_math.exp_table (2^(i/128) from a table and a degree-5 polynomial, inlined; within 1 ulp of libm's)
+in its place: `adam_fit` ~1.1× faster (in-process A/B, median of 8 alternating pairs), weights within 1e−15.
+(In DASH[ACT-R]'s loop, whose time is mostly per target, it gained ~4%, within noise, and is not used there.)
+What is left: the exp (~5 ns a pair) and the per-item loop. The next step would be several cards side by side
+(items of one batch with the same history length: ~80% of the training pairs on this user) with a vectorised
+exp, which needs an engine hook for a model's own batch loop.
+The table's projection (bench_executors.py project, 6 simulated users, three pairs run side by side with the
+previous version): 1.58 → 1.05, 1.89 → 0.98, 1.36 → 1.07 CPU-hours for 10,000 users (1.27–1.93×, median 1.5×);
+result lines of the embedded data, six sim36 users and the 45k-review one identical, unrounded LogLoss within
+1.2e−16.
 """
 
 from __future__ import annotations
@@ -49,104 +73,172 @@ from numba import njit
 from models.dash import round4, with_max_seq_len
 from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
+from models.vec_math import exp_table
 
 SECONDS_PER_DAY = 86400.0
-# scratch columns per review k of the card: τ_k, d_k, ∂d_k/∂a, ∂d_k/∂c, ∂d_k/∂h
-N_STATE = 5
+# scratch columns per review k of the card: d_k, ∂d_k/∂a, ∂d_k/∂c, ∂d_k/∂h
+N_STATE = 4
 
 
 # ln of whole-day intervals: the benchmark's intervals are whole days, so every τ_k − τ_i below this bound reads
 # its logarithm here instead of calling log (ln(Δ·86400·h) = ln Δ + ln(86400·h)); other values call log.
 N_LOG_DAYS = 4096
 LOG_DAYS = np.log(np.maximum(np.arange(N_LOG_DAYS, dtype=np.float64), 1.0))
+NO_INTERVAL = -math.inf  # ln Δ stored for Δ <= 0: ln Δ + ln(86400·h) < 0, so max(1, ·) takes 1
 
 
 @njit(cache=True, inline="always")
-def log_interval(dt, day_h, log_day_h):
-    """(ln max(1, Δ·86400·h), whether max takes the interval: torch's clamp_min passes the gradient at equality
-    too) for Δ = dt days; day_h = 86400·h, log_day_h = its log. Whole days below N_LOG_DAYS read ln Δ from LOG_DAYS
-    (Δ = 0 is clamped); anything else calls log."""
+def log_days(dt):
+    """ln Δ for Δ = dt days (NO_INTERVAL for Δ <= 0): whole days below N_LOG_DAYS from LOG_DAYS, else log."""
     idx = int(dt)
     if idx == dt and 0 <= idx < N_LOG_DAYS:
-        if idx == 0:
-            return 0.0, False
-        return LOG_DAYS[idx] + log_day_h, True
-    raw = dt * day_h
-    if raw >= 1.0:
-        return math.log(raw), True
-    return 0.0, False
+        return LOG_DAYS[idx] if idx > 0 else NO_INTERVAL
+    return math.log(dt) if dt > 0.0 else NO_INTERVAL
 
 
 @njit(cache=True)
-def activation(w, st, k, tau_now):
-    """(m, ∂m/∂a, ∂m/∂c, ∂m/∂h) at time tau_now from the reviews 0..k−1 stored in st (τ_i, d_i and d_i's
-    derivatives, see `decay`)."""
-    h = w[4]
-    day_h = SECONDS_PER_DAY * h
-    log_day_h = math.log(day_h)
-    inv_h = 1.0 / h
+def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
+    """ln Δ of every (review, earlier review) pair the card functions sum over, once per Cards (the engine's
+    target_inputs hook: they depend on the data alone). Returns (lnd, hist, tgt), handed to the card functions in
+    place of t_dt:
+    - the card's history triangle: ln(τ_k − τ_i) for k = 1..n−1, i < k (n = its longest target's history) at
+      lnd[hist[j] + k(k−1)/2 + i], hist[j] the same for every target j of the card;
+    - target j's own row: ln(τ_{K−1} + t_dt[j] − τ_i), i < K = t_pos[j], at lnd[tgt[j] + i].
+    τ and Δ are built by the same additions and subtractions as upstream's cumulative times, so ln Δ is the
+    previous in-pass computation's to the bit. Storage: Σ_cards n(n−1)/2 + Σ_targets K doubles (the pairs of one
+    full-objective pass), ~2 MB for 45k reviews."""
+    n_t = len(t_pos)
+    hist = np.empty(n_t, dtype=np.int64)
+    tgt = np.empty(n_t, dtype=np.int64)
+    size = 0
+    for c in range(len(c_start)):
+        n = t_pos[c_te[c] - 1]
+        size += n * (n - 1) // 2
+        for j in range(c_tb[c], c_te[c]):
+            size += t_pos[j]
+    lnd = np.empty(size)
+    tau = np.empty(max(1, t_pos.max() if n_t else 1))
+    off = 0
+    for c in range(len(c_start)):
+        start = c_start[c]
+        n = t_pos[c_te[c] - 1]
+        tau[0] = seq_dt[start]
+        for k in range(1, n):
+            tau[k] = tau[k - 1] + seq_dt[start + k]
+        base = off
+        for k in range(1, n):
+            for i in range(k):
+                lnd[off + i] = log_days(tau[k] - tau[i])
+            off += k
+        for j in range(c_tb[c], c_te[c]):
+            hist[j] = base
+            tgt[j] = off
+            k = t_pos[j]
+            now = tau[k - 1] + t_dt[j]
+            for i in range(k):
+                lnd[off + i] = log_days(now - tau[i])
+            off += k
+    return lnd, hist, tgt
+
+
+# wc (the engine's per-batch `precompute`): w followed by the constants of h that every activation needs
+N_W = 5
+WC_LOG_DAY_H = 5  # ln(86400·h)
+WC_INV_H = 6  # 1/h
+
+
+@njit(cache=True)
+def precompute(w, opts):
+    """wc = [a, c, s, τ, h, ln(86400·h), 1/h]: once per batch instead of a log per activation."""
+    wc = np.empty(N_W + 2)
+    wc[:N_W] = w
+    wc[WC_LOG_DAY_H] = math.log(SECONDS_PER_DAY * w[4])
+    wc[WC_INV_H] = 1.0 / w[4]
+    return wc
+
+
+@njit(cache=True)
+def precompute_vjp(w, opts, wc, gwc, gw):
+    """The card functions differentiate with respect to a, c, s, τ and h directly: gw += gwc[:5]."""
+    for j in range(N_W):
+        gw[j] += gwc[j]
+
+
+@njit(cache=True, inline="always")
+def activation_sums(wc, st, k, lnd, off):
+    """(S, ∂S/∂a, ∂S/∂c, ∂S/∂h) from the reviews 0..k−1 (d_i and its derivatives in st, see `decay`) with
+    ln Δ_i = lnd[off + i]: S = Σ_i max(1, Δ_i·86400·h)^{−d_i} = e^{m}, each term exp(−d_i·ln(Δ_i·86400·h)) with
+    ln(Δ_i·86400·h) = ln Δ_i + ln(86400·h); a term where that is below 0 is 1 with no gradient."""
+    log_day_h = wc[WC_LOG_DAY_H]
+    inv_h = wc[WC_INV_H]
     s = 0.0
     sa = 0.0
     sc = 0.0
     sh = 0.0
     for i in range(k):
-        lx, on = log_interval(tau_now - st[i, 0], day_h, log_day_h)
-        if not on:  # 1^{−d} = 1, and no gradient
+        lx = lnd[off + i] + log_day_h
+        if lx < 0.0:  # 1^{−d} = 1, and no gradient
             s += 1.0
             continue
-        d = st[i, 1]
-        term = math.exp(-d * lx)
+        d = st[i, 0]
+        term = exp_table(-d * lx)
         s += term
         tl = term * lx
-        sa -= tl * st[i, 2]
-        sc -= tl * st[i, 3]
-        sh -= term * (lx * st[i, 4] + d * inv_h)
-    if s > 0.0:
-        return math.log(s), sa / s, sc / s, sh / s
-    return -math.inf, 0.0, 0.0, 0.0  # every term underflowed: e^{m} = 0 from here on, as for the first review
+        sa -= tl * st[i, 1]
+        sc -= tl * st[i, 2]
+        sh -= term * (lx * st[i, 3] + d * inv_h)
+    return s, sa, sc, sh
 
 
-@njit(cache=True)
-def activation_value(w, st, k, tau_now):
-    """m alone (no derivatives), as `activation` computes it: for predictions and the full-objective checks."""
-    day_h = SECONDS_PER_DAY * w[4]
-    log_day_h = math.log(day_h)
+@njit(cache=True, inline="always")
+def activation_value(wc, st, k, lnd, off):
+    """S alone (no derivatives), as `activation_sums` computes it: for predictions and the full-objective
+    checks."""
+    log_day_h = wc[WC_LOG_DAY_H]
     s = 0.0
     for i in range(k):
-        lx, on = log_interval(tau_now - st[i, 0], day_h, log_day_h)
-        s += math.exp(-st[i, 1] * lx) if on else 1.0
-    return math.log(s) if s > 0.0 else -math.inf
+        lx = lnd[off + i] + log_day_h
+        s += exp_table(-st[i, 0] * lx) if lx >= 0.0 else 1.0
+    return s
 
 
-@njit(cache=True)
-def decay(w, st, k, m, ma, mc, mh):
-    """Store review k's decay d_k = c·e^{m_k} + a and its derivatives with respect to a, c and h in st[k, 1:5]
-    (m_0 = −∞: d_0 = a). They depend on the weights only, so each is computed once per card pass instead of once
-    per later review that sums over it."""
-    a = w[0]
-    c = w[1]
-    e = math.exp(m)
-    st[k, 1] = c * e + a
-    st[k, 2] = 1.0 + c * e * ma
-    st[k, 3] = e + c * e * mc
-    st[k, 4] = c * e * mh
+@njit(cache=True, inline="always")
+def decay(wc, st, k, s, sa, sc, sh):
+    """Store review k's decay d_k = c·e^{m_k} + a = c·S_k + a and its derivatives with respect to a, c and h
+    (c·∂S/∂x, plus 1 for a and S for c) in st[k] (review 0: S = 0, d_0 = a). e^{m} is S itself: no log and no exp
+    per review. They depend on the weights only, so each is computed once per card pass instead of once per later
+    review that sums over it."""
+    c = wc[1]
+    st[k, 0] = c * s + wc[0]
+    st[k, 1] = 1.0 + c * sa
+    st[k, 2] = s + c * sc
+    st[k, 3] = c * sh
 
 
-@njit(cache=True)
-def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
+@njit(cache=True, inline="always")
+def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
+    """t_in: target_inputs' (lnd, hist, tgt). Inlined into the engine's loops: ~9% of `adam_fit` on the 45k-review
+    user (one call per work item, ~340k; in-process A/B, median of 8 alternating pairs), weights bit-identical;
+    inlined, the training loss adam_fit does not read is dead code the compiler may drop."""
+    lnd, hist, tgt = t_in
     st = buf[0]
-    st[0, 0] = seq_dt[start]
-    decay(w, st, 0, -math.inf, 0.0, 0.0, 0.0)
+    decay(w, st, 0, 0.0, 0.0, 0.0, 0.0)
+    off = hist[tb]
     for k in range(1, n):  # the history reviews' activations at their own presentation
-        st[k, 0] = st[k - 1, 0] + seq_dt[start + k]
-        m, ma, mc, mh = activation(w, st, k, st[k, 0])
-        decay(w, st, k, m, ma, mc, mh)
+        sk, sa, sc, sh = activation_sums(w, st, k, lnd, off)
+        off += k
+        decay(w, st, k, sk, sa, sc, sh)
     loss = 0.0
     s = w[2]
     tau = w[3]
     for j in range(tb, te):
-        k = t_pos[j]
-        m, ma, mc, mh = activation(w, st, k, st[k - 1, 0] + t_dt[j])
+        sk, sa, sc, sh = activation_sums(w, st, t_pos[j], lnd, tgt[j])
+        if sk > 0.0:
+            m = math.log(sk)
+            inv = 1.0 / sk
+        else:  # every term underflowed: m = −∞, and no gradient through it
+            m = -math.inf
+            inv = 0.0
         q = (tau - m) / s
         p = sigmoid(-q)
         lo, gp = bce(p, t_y[j], t_wt[j])
@@ -154,26 +246,27 @@ def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, b
         gq = -gp * p * (1.0 - p)
         gw[3] += gq / s
         gw[2] -= gq * q / s
-        gm = -gq / s
-        gw[0] += gm * ma
-        gw[1] += gm * mc
-        gw[4] += gm * mh
+        gm = -gq / s * inv
+        gw[0] += gm * sa
+        gw[1] += gm * sc
+        gw[4] += gm * sh
     return loss
 
 
 @njit(cache=True)
-def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
     """The forward pass alone (predictions, and the engine's full-objective checks through its card_loss): no
     derivative sums, ~1/4 of the training kernel's pairs on the 45k-review user."""
+    lnd, hist, tgt = t_in
     st = buf[0]
-    st[0, 0] = seq_dt[start]
-    st[0, 1] = w[0]  # d_0 = a
+    st[0, 0] = w[0]  # d_0 = a
+    off = hist[tb]
     for k in range(1, n):
-        st[k, 0] = st[k - 1, 0] + seq_dt[start + k]
-        st[k, 1] = w[1] * math.exp(activation_value(w, st, k, st[k, 0])) + w[0]
+        st[k, 0] = w[1] * activation_value(w, st, k, lnd, off) + w[0]
+        off += k
     for j in range(tb, te):
-        k = t_pos[j]
-        m = activation_value(w, st, k, st[k - 1, 0] + t_dt[j])
+        sk = activation_value(w, st, t_pos[j], lnd, tgt[j])
+        m = math.log(sk) if sk > 0.0 else -math.inf
         out[j] = sigmoid(-((w[3] - m) / w[2]))
 
 

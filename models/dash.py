@@ -24,7 +24,7 @@ Engine plug-in: the features depend on the whole history, so each variant define
 (contract: models/seq_model_stub.py). DASH's and DASH[MCM]'s features depend on the data alone: their
 `target_inputs` (window_inputs: per target an O(history) walk, 8 log1p) runs once per fit or prediction, and a pass
 is then 9 multiply-adds, a sigmoid and a BCE per target. DASH[ACT-R]'s sum depends on w1: per target an O(history)
-loop in every pass.
+loop in every pass, over the ln Δ its target_inputs (actr_inputs) computed once.
 The engine compiles its kernels once per module that exports these names; the three variants live in this one file,
 so each is exposed as a small module object `models.dash.kernels_<variant>` registered in sys.modules at import.
 """
@@ -129,10 +129,38 @@ def windows_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, o
 
 # ------------------------------------------------------------------------------------------ DASH[ACT-R]
 
+@njit(cache=True)
+def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
+    """(ln Δ_j, [G_j > 1]) of every target's counted past reviews (Δ_j > 0.1), newest first, target j's at
+    off[j]..off[j+1]−1: they depend on the data alone, so the engine computes them once per fit or prediction (the
+    plug-in's `target_inputs`) and a pass does one exp per pair instead of a log and an exp. Δ_j is built by the
+    same additions as before (upstream's reverse cumulative sum), so ln Δ_j is bit for bit what the pass took."""
+    n_t = len(t_pos)
+    off = np.zeros(n_t + 1, dtype=np.int64)
+    size = 0
+    for j in range(n_t):
+        size += t_pos[j]
+    lnd = np.empty(size)
+    succ = np.empty(size, dtype=np.bool_)
+    q = 0
+    for c in range(len(c_start)):
+        start = c_start[c]
+        for j in range(c_tb[c], c_te[c]):
+            delta = t_dt[j]
+            for i in range(t_pos[j] - 1, -1, -1):
+                if delta > ACTR_MIN_DELTA:
+                    lnd[q] = math.log(delta)
+                    succ[q] = seq_g[start + i] > 1
+                    q += 1
+                delta += seq_dt[start + i]
+            off[j + 1] = q
+    return lnd, succ, off
+
+
 @njit(cache=True, inline="always")
-def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, with_grad):
-    """Loss (+ gradient into gw) or predictions (into out) of one card's targets; per target an O(history) sum over
-    its past reviews, newest first, Δ_j built by the same additions as upstream's reverse cumulative sum.
+def actr_card(w, t_in, t_y, t_wt, tb, te, gw, out, with_grad):
+    """Loss (+ gradient into gw) or predictions (into out) of one card's targets; per target a sum over its
+    counted past reviews, newest first, from actr_inputs' ln Δ (t_in = (lnd, succ, off)).
 
     Speed (issue #19): Δ^(−w1) is exp(−w1·ln Δ) from the one ln Δ that dS/dw1 needs anyway (was `delta ** -w1`
     plus a log: a pow call costs about two exps, and the log was taken in prediction too), and this function and
@@ -145,7 +173,23 @@ def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, 
     1.38 → 1.00 CPU-hours (3 pairs). Tried and slower on such short histories: the pairs in a vectorised loop
     (vec_math-style log and exp over per-target arrays, ~2.5× faster per pair on long histories; the arrays, as
     views of the engine's scratch, cost more per target than 5 pairs save), a branch-free loop, and reusing
-    the terms of a same-day review's repeated Δ."""
+    the terms of a same-day review's repeated Δ.
+
+    Second round: ln Δ is read from actr_inputs (once per fit or prediction) instead of a log per pair and pass,
+    and the Δ ≤ 0.1 entries are not stored at all; the operations on each counted pair are the same, so the fitted
+    weights are bit-identical (45k-review user's five fits). Those fits (`adam_fit`, replayed in process, CPU,
+    best of 7, alternating) 0.14–0.15 → 0.09–0.10 s (~1.5×); about half of what is left is the six full-objective
+    passes (the start and every epoch's end: upstream's best-checkpoint rule with length batches), one exp per
+    pair each. Whole user 1.15–1.3× (0.17–0.21 → 0.15–0.16 CPU s); the rest is the pipeline (features ~20 ms,
+    length batches ~13 ms before seq_engine.time_order, metrics ~12 ms). With ~2.7 counted pairs per target on
+    that user, a pass's time is mostly per target (log1p, the sigmoid's exp, the loss's log, the engine's
+    loop: ~100–130 ns a target), so cheaper pairs barely show. Measured and not kept: Δ^(−w1) cached per
+    distinct Δ and recomputed when w1 changes (142 distinct values for its 135k pairs; bit-identical, no faster),
+    vec_math.exp_table instead of libm's exp (~4%, within noise; not bit-identical), the exps of a card's pairs
+    in one vectorised loop of vec_math.exp1 (slower). The table's projection (bench_executors.py project, three
+    pairs side by side with the previous version): 1.20 → 0.88, 0.93 → 0.78, 0.85 → 0.65 CPU-hours (1.19–1.36×);
+    result lines identical (embedded, six sim36 users, the 45k-review one)."""
+    lnd, succ, off = t_in
     neg_w1 = -w[1]
     loss = 0.0
     for j in range(tb, te):
@@ -153,20 +197,17 @@ def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, 
         ds1 = 0.0  # dS/dw1
         ds_fail = 0.0  # dS/dw2
         ds_succ = 0.0  # dS/dw3
-        delta = t_dt[j]
-        for i in range(t_pos[j] - 1, -1, -1):
-            if delta > ACTR_MIN_DELTA:
-                ld = math.log(delta)
-                pw = math.exp(neg_w1 * ld)
-                if seq_g[start + i] > 1:
-                    s += pw * w[3]
-                    ds_succ += pw
-                    ds1 -= ld * pw * w[3]
-                else:
-                    s += pw * w[2]
-                    ds_fail += pw
-                    ds1 -= ld * pw * w[2]
-            delta += seq_dt[start + i]
+        for q in range(off[j], off[j + 1]):
+            ld = lnd[q]
+            pw = math.exp(neg_w1 * ld)
+            if succ[q]:
+                s += pw * w[3]
+                ds_succ += pw
+                ds1 -= ld * pw * w[3]
+            else:
+                s += pw * w[2]
+                ds_fail += pw
+                ds1 -= ld * pw * w[2]
         u = max(s, 0.0)
         lu = math.log1p(u)
         p = sigmoid(w[0] * lu + w[4])
@@ -187,13 +228,13 @@ def actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, out, 
 
 
 @njit(cache=True, inline="always")
-def actr_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
-    return actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_y, t_wt, tb, te, gw, gw, True)
+def actr_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
+    return actr_card(w, t_in, t_y, t_wt, tb, te, gw, gw, True)
 
 
 @njit(cache=True, inline="always")
-def actr_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    actr_card(w, seq_dt, seq_g, start, t_pos, t_dt, t_dt, t_dt, tb, te, out, out, False)
+def actr_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
+    actr_card(w, t_in, out, out, tb, te, out, out, False)  # labels and weights: unread placeholders
 
 
 def _kernel_namespace(variant: str, loss_grad, predict, inputs=None) -> str:
@@ -212,7 +253,7 @@ def _kernel_namespace(variant: str, loss_grad, predict, inputs=None) -> str:
 
 KERNELS_DASH = _kernel_namespace("dash", windows_card_loss_grad, windows_card_predict, dash_inputs)
 KERNELS_MCM = _kernel_namespace("mcm", windows_card_loss_grad, windows_card_predict, mcm_inputs)
-KERNELS_ACTR = _kernel_namespace("actr", actr_card_loss_grad, actr_card_predict)
+KERNELS_ACTR = _kernel_namespace("actr", actr_card_loss_grad, actr_card_predict, actr_inputs)
 
 
 def with_max_seq_len(cfg, max_seq_len: int):

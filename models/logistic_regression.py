@@ -31,6 +31,21 @@ weight decay 0.3; 10 epochs of shuffled batches of 2048, loss Σ weight·BCE-wit
 of the lr to 0 over all steps; the final θ. Here in float64 numpy with torch.randperm's shuffles from a generator
 seeded 42 per fit (upstream: float32, torch's global generator), so per-user numbers match upstream's to training
 noise, not to the digit.
+
+Where a user's time goes (issue #19; CPU, in process): on the 45k-review simulated user ~165 ms before this round —
+the 34 inputs (`features`, once per user) ~35–45 ms, the day-mode feature pipeline the equalised folds need ~16 ms
+(pipeline.py, twice), the five fits ~80 ms (AdamW kernel ~50 ms, torch-order shuffles ~9 ms, reading the inputs
+back from the frame ~7 ms), metrics ~9 ms; on a 1k-review user ~24 ms, half of it per-call overhead (pandas'
+grouped cumsum set-up, selecting 34 labelled columns 10 times, numpy temporaries). Now `features` runs its
+running sums (`_group_cumsum`, pandas' compensated sum to the bit) and its 34-column assembly (`_assemble`)
+compiled: 80 → 20 ms on the 45k-review user, 3.7 → 0.9 ms on a 1k one, bit-identical on every user checked; the
+inputs are read back as one positional slice; the AdamW kernel prefetches the shuffled rows it gathers
+(`_adamw_epochs`: its largest fit 28 → 15–17 ms, θ to the bit), and `features` returns pandas' block layout
+(no transposing copy when the frame takes it). Left as they were: the shuffles (~9 ms on that user) and the
+day-mode feature pipeline (shared, pipeline.py). Whole users (CPU, in process, alternating with the previous
+version): the 45k-review one ~1.3× (254 → 196 ms with section timers), four sim36 users of 1.9k–14k reviews
+1.1–1.5× (medians of 5 runs 1.3–1.5×). The table's projection (three pairs side by side): 1.48 → 0.92, 1.42 → 1.00,
+0.70 → 0.71 CPU-hours — the row is noisy at this size of sample; every result line identical (θ bit for bit).
 """
 
 from __future__ import annotations
@@ -40,7 +55,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from models.base import Model, ReviewData
 from models.kernel_math import adam_step, cosine_lr
@@ -68,14 +86,36 @@ def _starts(keys: np.ndarray) -> np.ndarray:
     return s
 
 
+@njit(cache=True)
 def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Inclusive running sum restarting at each group start, summed within the group (pandas' grouped cumsum, so
-    fractional times carry no rounding from a user-wide running total)."""
-    return pd.Series(v, dtype=np.float64).groupby(np.cumsum(starts)).cumsum().to_numpy()
+    """Inclusive running sum restarting at each group start, summed within the group, as pandas' grouped cumsum
+    (`Series.groupby(group).cumsum()`, which upstream's engineer calls) computes it: Kahan-compensated, a NaN
+    left out of the sum and NaN in its own row. So fractional times carry no rounding from a user-wide running
+    total, and the result is pandas' to the bit (tests) — ~25x faster than pandas' per-call set-up and group
+    factorising, 8 calls per user (issue #19)."""
+    out = np.empty(len(v))
+    acc = 0.0
+    comp = 0.0
+    for i in range(len(v)):
+        if starts[i]:
+            acc = 0.0
+            comp = 0.0
+        x = v[i]
+        if math.isnan(x):
+            out[i] = math.nan
+            continue
+        y = x - comp
+        t = acc + y
+        comp = t - acc - y
+        acc = t
+        out[i] = t
+    return out
 
 
 def features(data: ReviewData) -> np.ndarray:
-    """The [n_rows, 34] inputs of every target row of a user (rows as features.py builds them with --secs)."""
+    """The [n_rows, 34] inputs of every target row of a user (rows as features.py builds them with --secs), in
+    column-major (Fortran) order: the layout of a pandas block, so restrict_targets adds them to the frame
+    without a transposing copy (~5 ms of 40k rows)."""
     rows = data.rows
     n = len(rows)
     # card-major order, time order within a card (rows are in time order)
@@ -97,9 +137,7 @@ def features(data: ReviewData) -> np.ndarray:
     is_first = start.astype(np.float64)
     not_first = 1.0 - is_first
     label_sd = (label_int == 0).astype(np.float64)
-    onehot = np.stack([(r == k).astype(np.float64) for k in (2, 3, 4)], axis=1)
     first_r = r[first_of]
-    first_onehot = np.stack([(first_r == k).astype(np.float64) for k in (2, 3, 4)], axis=1)
     first_gt1 = (first_r > 1).astype(np.float64)
 
     def csum(v):
@@ -119,21 +157,76 @@ def features(data: ReviewData) -> np.ndarray:
     last_masked = np.maximum.accumulate(np.where(masked, idx, -1))
     since = times - times[last_masked]
 
-    ones = np.ones(n)
-    deg1 = np.stack([ones, onehot[:, 0], onehot[:, 1], onehot[:, 2], (r == 2) * is_first, (r > 2) * is_first,
+    # the logarithms in numpy as before (the same values to the bit); the 34 columns, their products and the
+    # scatter back to row order in one compiled pass (`_assemble`)
+    cols = np.stack([r.astype(np.float64), is_first, first_r.astype(np.float64), label_sd, g(label_real),
                      np.log1p(sd_fail), np.log1p(nsd_pass * (1 - label_sd)), np.log1p(nsd_fail * (1 - label_sd)),
-                     np.log1p(sd_pass)], axis=1)
-    deg0 = np.stack([ones, onehot[:, 0], onehot[:, 1], onehot[:, 2],
-                     first_onehot[:, 0], first_onehot[:, 1], first_onehot[:, 2],
-                     first_onehot[:, 0] * is_first, first_onehot[:, 1] * is_first, first_onehot[:, 2] * is_first,
-                     np.log1p(sd_fail), np.log1p(nsd_pass * (1 - label_sd)), g(prev_real), np.log1p(nsd_fail),
-                     np.log1p(nsd_pass), np.log1p(sd_pass * label_sd), (n_pass > 0).astype(np.float64), g(since),
-                     label_sd, g(times), first_gt1 * np.log1p(sd_fail), first_gt1 * np.log1p(nsd_fail),
-                     first_gt1 * np.log1p(n_sd), first_gt1 * np.log1p(n_nsd)], axis=1)
-    x = np.concatenate([deg1 * g(label_real)[:, None], deg0], axis=1)
-    out = np.empty_like(x)
-    out[order] = x
-    return out
+                     np.log1p(sd_pass), g(prev_real), np.log1p(nsd_fail), np.log1p(nsd_pass),
+                     np.log1p(sd_pass * label_sd), (n_pass > 0).astype(np.float64), g(since), g(times), first_gt1,
+                     np.log1p(n_sd), np.log1p(n_nsd)])
+    return _assemble(cols, order)
+
+
+@njit(cache=True)
+def _assemble(cols, order):
+    """out[order[q]] = the 34 inputs of card-major row q from its per-row quantities `cols` (features: r, first,
+    first rating, label_sd, g(label), then the logarithms and flags in the order they are stacked there): the
+    10 degree-1 features times g(label), then the 24 degree-0 ones. The same products numpy's column-wise
+    version took (so the same values to the bit, signed zeros included), written row by row into the result:
+    the numpy version's eight [n, 34] temporaries (stack, product, concatenate, scatter) were ~60% of the
+    function on a 45k-review user (issue #19)."""
+    n = cols.shape[1]
+    out = np.empty((N_FEATURES, n))  # returned as out.T: pandas' block layout (see features)
+    for q in range(n):
+        r = cols[0, q]
+        first = cols[1, q]
+        fr = cols[2, q]
+        gl = cols[4, q]
+        l_sdf = cols[5, q]
+        l_nsdp_l = cols[6, q]
+        fgt1 = cols[16, q]
+        r_out = order[q]
+        h2 = 1.0 if r == 2 else 0.0
+        h3 = 1.0 if r == 3 else 0.0
+        h4 = 1.0 if r == 4 else 0.0
+        out[0, r_out] = 1.0 * gl
+        out[1, r_out] = h2 * gl
+        out[2, r_out] = h3 * gl
+        out[3, r_out] = h4 * gl
+        out[4, r_out] = (h2 * first) * gl
+        out[5, r_out] = ((1.0 if r > 2 else 0.0) * first) * gl
+        out[6, r_out] = l_sdf * gl
+        out[7, r_out] = l_nsdp_l * gl
+        out[8, r_out] = cols[7, q] * gl
+        out[9, r_out] = cols[8, q] * gl
+        f2 = 1.0 if fr == 2 else 0.0
+        f3 = 1.0 if fr == 3 else 0.0
+        f4 = 1.0 if fr == 4 else 0.0
+        out[10, r_out] = 1.0
+        out[11, r_out] = h2
+        out[12, r_out] = h3
+        out[13, r_out] = h4
+        out[14, r_out] = f2
+        out[15, r_out] = f3
+        out[16, r_out] = f4
+        out[17, r_out] = f2 * first
+        out[18, r_out] = f3 * first
+        out[19, r_out] = f4 * first
+        out[20, r_out] = l_sdf
+        out[21, r_out] = l_nsdp_l
+        out[22, r_out] = cols[9, q]
+        out[23, r_out] = cols[10, q]
+        out[24, r_out] = cols[11, q]
+        out[25, r_out] = cols[12, q]
+        out[26, r_out] = cols[13, q]
+        out[27, r_out] = cols[14, q]
+        out[28, r_out] = cols[3, q]
+        out[29, r_out] = cols[15, q]
+        out[30, r_out] = fgt1 * l_sdf
+        out[31, r_out] = fgt1 * cols[10, q]
+        out[32, r_out] = fgt1 * cols[17, q]
+        out[33, r_out] = fgt1 * cols[18, q]
+    return out.T
 
 
 def recency(n: int) -> np.ndarray:
@@ -155,13 +248,20 @@ class LogisticRegression(Model):
     def restrict_targets(cls, data: ReviewData, root: Path, user_id: int) -> ReviewData:
         """Runner hook (once per user, before the split): the 34 inputs of every row, over the whole user as
         upstream computes them (a row's inputs read the card's earlier rows, which a test fold does not hold)."""
-        x = pd.DataFrame(features(data), columns=COLUMNS, index=data.rows.index)
+        # features() is feature-major already (pandas' block layout): the frame takes it without a copy
+        x = pd.DataFrame(features(data), columns=COLUMNS, index=data.rows.index, copy=False)
         return ReviewData(pd.concat([data.rows, x], axis=1), data.seq_delta_t, data.seq_rating)
 
     @staticmethod
     def inputs(data: ReviewData) -> np.ndarray:
-        if COLUMNS[0] not in data.rows:
+        cols = data.rows.columns
+        if COLUMNS[0] not in cols:
             return features(data)
+        first = cols.get_loc(COLUMNS[0])
+        if isinstance(first, int) and list(cols[first:first + N_FEATURES]) == COLUMNS:
+            # restrict_targets appends them side by side: a positional slice of one block, ~2x faster than
+            # selecting 34 labels (10 calls per user)
+            return data.rows.iloc[:, first:first + N_FEATURES].to_numpy(np.float64, copy=True)
         return data.rows[COLUMNS].to_numpy(np.float64, copy=True)
 
     @property
@@ -191,6 +291,27 @@ class LogisticRegression(Model):
         return [round(float(c), 6) for c in self.coefficients]
 
 
+PREFETCH_AHEAD = 8  # rows of the permutation requested this far ahead of the one being gathered
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, i):
+    """Ask the CPU to start loading row i of the 2-D array `arr` into cache (LLVM's prefetch: no result, never
+    faults), so that gathering the rows of a shuffled batch does not wait on one memory access at a time."""
+    def codegen(context, builder, signature, args):
+        view = context.make_array(signature.args[0])(context, builder, args[0])
+        stride = builder.extract_value(view.strides, 0)
+        addr = builder.add(builder.ptrtoint(view.data, ir.IntType(64)), builder.mul(args[1], stride))
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, keep in all cache levels, data cache
+        builder.call(fn, [builder.inttoptr(addr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(arr, types.intp), codegen
+
+
 @njit(cache=True, error_model="numpy")
 def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, weight_decay):
     """θ after AdamW over the batches of each epoch's permutation (cosine lr to 0 over all steps, torch's
@@ -199,7 +320,14 @@ def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, 
     Speed without changing a bit: a batch's rows are first gathered into one contiguous block (the permutation
     reads rows all over x), and four rows' dot products run side by side, each still summed in feature order, so
     the adds of four independent chains overlap instead of waiting on one another (one row's 34 dependent adds were
-    the critical path). 1.5× on the 45k-review simulated user's five fits (0.16 → 0.11 CPU s), same θ to the bit."""
+    the critical path). 1.5× on the 45k-review simulated user's five fits (0.16 → 0.11 CPU s), same θ to the bit.
+
+    Then (issue #19): the gather asks for the row PREFETCH_AHEAD places ahead in the permutation (`_prefetch_row`),
+    so the rows' cache misses overlap instead of coming one at a time: that user's largest fit (34k rows, 10
+    epochs; x is 9 MB) 28 → 15–17 ms (CPU, best of 7, alternating), the same as reading the rows in order
+    (13–15 ms); θ the same to the bit. Tried and not kept: gathering the batch feature-major and running the dot
+    products across rows (vectorised, each still in feature order): 27 ms, no better than the prefetch alone
+    (and 67 ms until the block's rows were padded: a 16 KB stride put a row's 34 stores in one L1 set)."""
     n, k = x.shape
     theta, m, v, grad = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
     c = np.empty(k)
@@ -215,6 +343,8 @@ def _adamw_epochs(x, y, weight, mean, std, perms, batch_size, lr0, b1, b2, eps, 
                 grad[j] = 0.0
             nb = min(batch_size, n - lo)
             for q in range(nb):
+                if q + PREFETCH_AHEAD < nb:
+                    _prefetch_row(x, perms[e, lo + q + PREFETCH_AHEAD])
                 i = perms[e, lo + q]
                 for j in range(k):
                     xb[q, j] = x[i, j]

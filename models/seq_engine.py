@@ -138,12 +138,12 @@ def instantiate(model_module: str):
             source = _cut(source, _FUSED_BEGIN, _FUSED_END)
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
+    if hasattr(model, "precompute"):
+        names += ["precompute", "precompute_vjp"]
     binding = f"from {model_module} import {', '.join(names)}"
     if not hasattr(model, "N_ADJ"):
         binding += "\nN_ADJ = N_STATE"
-    if hasattr(model, "precompute"):
-        binding += ", precompute, precompute_vjp"
-    else:  # the stub's no-op defaults: wc is w, gw += gwc
+    if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
     binding += f"\n# plug-in source {_source_digest(model)}"
@@ -205,6 +205,19 @@ class Cards:
     def card_of(self) -> np.ndarray:
         """The card (index into c_start) of every target."""
         return np.repeat(np.arange(len(self.c_start)), self.c_te - self.c_tb)
+
+
+def time_order(t_row: np.ndarray) -> np.ndarray:
+    """np.argsort(t_row, kind="stable") for distinct non-negative row numbers (Cards.t_row), by one scatter over
+    the row numbers instead of a sort: the positions of the targets in time (row) order."""
+    if len(t_row) == 0:
+        return np.zeros(0, dtype=np.int64)
+    slot = np.full(int(t_row.max()) + 1, -1, dtype=np.int64)
+    slot[t_row] = np.arange(len(t_row))
+    order = slot[slot >= 0]
+    if len(order) != len(t_row) or t_row.min() < 0:  # repeated rows: the sort itself
+        return np.argsort(t_row, kind="stable")
+    return order
 
 
 def fit_prior(w0: np.ndarray, w_init, sigma, grad_mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -377,7 +390,7 @@ class SeqEngine:
         without torch). Each target is replayed
         from its card's first review: upstream's cost (Σ history lengths per epoch), still compiled.
         share: one item per card within each batch instead of one per target (share_card_prefixes)."""
-        by_time = np.argsort(cards.t_row, kind="stable")  # Cards is grouped by card; upstream sees time order
+        by_time = time_order(cards.t_row)  # Cards is grouped by card; upstream sees time order
         targets = by_time[np.argsort(cards.t_pos[by_time], kind=sort_kind)]
         n_b = (len(targets) + batch_size - 1) // batch_size
         if share:
@@ -389,9 +402,10 @@ class SeqEngine:
         generator = TorchGenerator(SHUFFLE_SEED)
         orders = np.empty((n_epoch, len(items)), dtype=np.int64)
         bounds = np.zeros((n_epoch, n_b + 1), dtype=np.int64)
+        sizes = np.diff(first)
         for e in range(n_epoch):
             perm = generator.randperm(n_b)
-            chunks = [np.arange(first[k], first[k + 1]) for k in perm]
-            orders[e] = np.concatenate(chunks)
-            bounds[e, 1:] = np.cumsum([len(c) for c in chunks])
+            # the batches' item ranges first[k]..first[k+1]−1 one after another in the order perm draws them
+            bounds[e, 1:] = np.cumsum(sizes[perm])
+            orders[e] = np.arange(len(items)) + np.repeat(first[perm] - bounds[e, :-1], sizes[perm])
         return items, orders, bounds, np.full(n_epoch, n_b, dtype=np.int64)

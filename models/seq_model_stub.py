@@ -12,7 +12,8 @@ history in a way no fixed-size state captures (DASH windows, ACT-R activations) 
 Such a model may also define `target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt) -> array` (one row
 per target): what its targets need that depends on the data alone (DASH's window counts). SeqEngine computes it
 once per Cards (a fit, a prediction, a loss call) and hands it to the card functions in place of t_dt, so no pass
-rebuilds it.
+rebuilds it. It may also be a tuple of arrays (ragged data with its own offsets, e.g. ACT-R's and DASH[ACT-R]'s
+ln Δ of every pair): the engine's kernels only pass it through.
 
 Per-weight precomputation (optional): a model may define `precompute(w, opts) -> wc` and
 `precompute_vjp(w, opts, wc, gwc, gw)`. The engine calls precompute once per weight vector (per mini-batch, per

@@ -1,6 +1,7 @@
 """exp, sigmoid and tanh in plain arithmetic that numba/LLVM vectorises inside a loop (AVX2: 4 doubles a time),
 for every compiled kernel that needs them: the GRU family (`exp1`, `sigmoid1`, `tanh1` below), the LSTM
-(`exp_bounded` in float64, `exp32` in float32) and the Transformer's softmax (`exp_nonpos`).
+(`exp_bounded` in float64, `exp32` in float32), the Transformer's softmax (`exp_nonpos`) and ACT-R's sums over
+past reviews (`exp_table`: scalar, not vectorised, a table instead of a long polynomial).
 
 Why several exponentials rather than one: each row's result lines are pinned to the rounding of the one it was
 measured with. They all reduce x = k·ln2 + r and evaluate a polynomial, but in different ways (and within 1 ulp
@@ -243,3 +244,52 @@ def exp_nonpos(x, out, n):
     exp(−708) instead of a subnormal; a NaN stays NaN. x and out may be the same array."""
     for m in range(n):
         out[m] = exp_nonpos1(x[m])
+
+
+# ------------------------------------------------- ACT-R's and DASH[ACT-R]'s (models/act_r.py, models/dash.py)
+
+def _two_to_the_i_over_128() -> np.ndarray:
+    """Bit patterns of the doubles nearest 2^(i/128), i = 0..127, from 50-digit decimal arithmetic (so the table does
+    not depend on this machine's pow)."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 50
+        ln2 = Decimal(2).ln()
+        values = [float((ln2 * i / 128).exp()) for i in range(128)]
+    return np.array(values, dtype=np.float64).view(np.int64)
+
+
+_EXP2_TABLE_BITS = _two_to_the_i_over_128()
+def _ln2_lo() -> float:
+    """ln 2 − _LN2_HI to double precision from 50-digit ln 2 (ln 2's double has already lost these digits)."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 50
+        return float(Decimal(2).ln() - Decimal(_LN2_HI))
+
+
+_INV_LN2_128 = 128.0 / math.log(2.0)
+_LN2_128_HI = _LN2_HI / 128.0  # ln2's top 32 bits: k·_LN2_128_HI is exact for |k| < 2^21 (|x| <= 709: |k| < 2^17)
+_LN2_128_LO = _ln2_lo() / 128.0
+_TABLE_EXP_MIN = -708.0  # below it the result is subnormal or 0, above _TABLE_EXP_MAX it overflows: libm's exp
+_TABLE_EXP_MAX = 709.0
+
+
+@njit(cache=True, inline="always")
+def exp_table(x):
+    """e^x within ~1 ulp of the C library's, for the scalar loops where libm's exp call was the largest single
+    cost (ACT-R's and DASH[ACT-R]'s sums over past reviews: one exp per pair, a few pairs per loop, so nothing to
+    vectorise): x = (128·e + i)·ln2/128 + r with |r| <= ln2/256, e^x = 2^e · 2^(i/128) · e^r, 2^(i/128) from a
+    128-entry table, e^r by its Taylor polynomial to degree 5 (truncation < 1e−18 relative). A dozen flops and one
+    load, inlined; libm's exp is a call. Outside [−708, 709] (subnormal results, 0, overflow, NaN) it calls libm."""
+    if not (_TABLE_EXP_MIN < x < _TABLE_EXP_MAX):
+        return math.exp(x)
+    kd = x * _INV_LN2_128 + _SHIFT  # round(x·128/ln2) in the low mantissa bits
+    k = _as_int(kd) - _SHIFT_BITS
+    kd -= _SHIFT
+    r = (x - kd * _LN2_128_HI) - kd * _LN2_128_LO
+    scale = _as_float(_EXP2_TABLE_BITS[k & 127] + ((k >> 7) << 52))
+    p = r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0)))))
+    return scale + scale * p

@@ -14,7 +14,7 @@ from config import RunConfig
 from models.act_r import ACTR, N_LOG_DAYS
 from models.base import ReviewData
 from models.history_torch import ACTRNet
-from models.seq_engine import Cards, SeqEngine, training_cards
+from models.seq_engine import Cards, SeqEngine, time_order, training_cards
 
 
 def test_shared_items_cover_the_same_targets_per_batch(user8):
@@ -46,6 +46,44 @@ def test_shared_fit_equals_one_replay_per_target(user8):
             for b in ("length", "length-shared")]
     assert not np.allclose(fits[0], model.default_w)
     np.testing.assert_allclose(fits[1], fits[0], rtol=1e-10, atol=1e-12)
+
+
+def test_time_order_is_the_stable_argsort():
+    """seq_engine.time_order (a scatter) against numpy's stable argsort: distinct sparse row numbers, an empty
+    array, and repeated numbers (where it falls back to the sort)."""
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 500):
+        rows = rng.choice(5 * n + 1, size=n, replace=False)
+        np.testing.assert_array_equal(time_order(rows), np.argsort(rows, kind="stable"))
+    rows = np.array([4, 2, 4, 0, 2])
+    np.testing.assert_array_equal(time_order(rows), np.argsort(rows, kind="stable"))
+
+
+def test_exp_table_within_one_ulp_of_libm():
+    """vec_math.exp_table (ACT-R's per-pair exp) against the C library's exp: within 1 ulp over ACT-R's range
+    (−d·ln(Δ·86400·h) <= 0), the whole normal range and near 0; the edges (0 below ~−745, inf, NaN) as libm."""
+    import math
+
+    from numba import njit
+
+    from models.vec_math import exp_table
+
+    @njit
+    def both(x, a, b):
+        for i in range(len(x)):
+            a[i] = exp_table(x[i])
+            b[i] = math.exp(x[i])
+
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-60.0, 0.0, 200_000), rng.uniform(-708.0, 709.0, 200_000),
+                        rng.uniform(-1e-3, 1e-3, 10_000), [0.0, -0.0, -707.9, 708.9, -708.0, -720.0, -745.2, -800.0,
+                                                          709.5, 800.0, np.inf, -np.inf, np.nan]])
+    a, b = np.empty_like(x), np.empty_like(x)
+    both(x, a, b)
+    normal = np.isfinite(b) & (b >= np.finfo(float).tiny)
+    assert (np.abs(a[normal] - b[normal]) <= np.spacing(b[normal])).all()
+    np.testing.assert_array_equal(a[~normal], b[~normal])
+    assert a[-13] == 1.0 and a[-12] == 1.0
 
 
 def fractional_cards() -> ReviewData:
