@@ -109,3 +109,15 @@ def test_fractional_and_long_intervals_equal_torch():
         np.testing.assert_allclose(c.p, c.p_ref, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(c.grad, c.grad_ref, rtol=1e-9, atol=1e-12 * np.abs(c.grad).max())
     assert len(Cards(data).t_pos) == len(data)
+
+
+def test_exp_table_entries_are_the_nearest_doubles_to_two_to_the_i_over_128():
+    """The table (powers of one 2^(1/128) in 60-digit decimals) against each entry's own 50-digit exp(i·ln2/128)."""
+    from decimal import Decimal, localcontext
+
+    from models.vec_math import _EXP2_TABLE_BITS
+
+    with localcontext() as ctx:
+        ctx.prec = 50
+        expected = [float((Decimal(2).ln() * i / 128).exp()) for i in range(128)]
+    assert _EXP2_TABLE_BITS.view(np.float64).tolist() == expected
