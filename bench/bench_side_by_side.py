@@ -12,7 +12,9 @@ result folder. With `--upstream PATH` (a checkout of upstream's srs-benchmark, r
 `script.py` with its Era A flags), alternating with ours (ours, upstream, ours, upstream, ...) so that both see the
 same machine in the same minute; the ratio is taken run pair by run pair and its median printed, for wall time
 (what a user waits for) and for CPU time (user + system: the fairer figure on a shared machine). A row upstream's
-January-2025 code cannot run (FSRS-6/7, SBD, ...) is skipped with the reason, nothing run. Each pair's result
+January-2025 code cannot run (FSRS-6/7, SBD, ...) is skipped with the reason, nothing run, and so is one whose
+upstream command reads the cards and decks tables (the preset and deck rows; SM2 and Ebisu-v2, whose upstream code
+joins them in) when the data folder has none (bench/sim_decks.py adds them to simulated data). Each pair's result
 files are compared too: the per-user `size` must be equal (the row is the same protocol), and the mean Log Loss of
 both is printed. Without `--upstream` only our times are printed. One untimed run of ours first (numba's disk
 cache of compiled kernels, the OS file cache); upstream has no compiled cache to warm, and `--upstream-warmup`
@@ -88,6 +90,13 @@ NOT_IN_UPSTREAM: dict[str, str] = {
     "RWKV": "trained once on 5,000 users, not per user; not an srs-bench row",
     "RWKV-P": "trained once on 5,000 users, not per user; not an srs-bench row",
 }
+
+
+def reads_decks(command: list[str]) -> bool:
+    """Whether upstream's command reads the cards and decks tables besides the revlogs: every --partitions run, and
+    other.py's untrainable SM2 and Ebisu-v2 (its process_untrainable joins both tables, unused, for every user)."""
+    return "--partitions" in command or command[:3] in (["other.py", "--model", "SM2"],
+                                                        ["other.py", "--model", "Ebisu-v2"])
 
 
 def upstream_program(model: str) -> list[str] | None:
@@ -208,6 +217,11 @@ def main(argv=None) -> None:
         for model in (m.strip() for m in a.models.split(",")):
             if work is not None and upstream_program(model) is None:
                 print(f"| {model} | {skip_reason(model)} |", flush=True)
+                continue
+            if work is not None and reads_decks(upstream_program(model)) and not all(
+                    (a.data / table).is_dir() for table in ("cards", "decks")):
+                print(f"| {model} | skipped: upstream's command reads the cards and decks tables, which {a.data} "
+                      "lacks (bench/sim_decks.py writes them for simulated data) |", flush=True)
                 continue
             try:
                 r = bench_model(model, a, tmp, work)

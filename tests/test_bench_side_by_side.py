@@ -81,3 +81,38 @@ def test_skipped_rows_run_nothing(tmp_path, capsys, monkeypatch):
               "--repeat", "1"])
     lines = [line for line in capsys.readouterr().out.splitlines() if "skipped" in line]
     assert [line.split(" | ")[0] for line in lines] == ["| FSRS-6", "| LSTM", "| MOVING-AVG"]
+
+
+@pytest.mark.parametrize("row, reads", [("SM2", True), ("SM2-short", True), ("Ebisu-v2", True),
+                                        ("FSRS-5-preset", True), ("FSRS-5-deck", True), ("SM2-trainable", False),
+                                        ("FSRS-5", False), ("AVG", False), ("HLR-short", False)])
+def test_which_upstream_commands_read_cards_and_decks(row, reads):
+    """Upstream's process_untrainable (SM2, Ebisu-v2) and every --partitions run read cards/ and decks/."""
+    assert sbs.reads_decks(sbs.upstream_program(row)) is reads
+
+
+def test_rows_needing_decks_skipped_without_them(tmp_path, capsys, monkeypatch):
+    def no_run(*args, **kwargs):
+        raise AssertionError("a skipped row must not run")
+
+    monkeypatch.setattr(sbs, "timed", no_run)
+    (tmp_path / "revlogs").mkdir()
+    sbs.main(["--data", str(tmp_path), "--models", "SM2,FSRS-5-deck", "--upstream", str(tmp_path), "--repeat", "1"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "skipped" in line]
+    assert len(lines) == 2 and all("cards and decks" in line for line in lines)
+
+
+def test_sim_decks_tables():
+    """Every kept card has one deck that is in the decks table; about 1 % of cards are left out; seeded."""
+    import numpy as np
+
+    from bench.sim_decks import user_tables
+
+    card_ids = np.arange(100_000, 120_000)
+    cards, decks = user_tables(card_ids, seed=7)
+    assert cards["card_id"].is_unique and set(cards["card_id"]) <= set(card_ids)
+    assert 0.005 < 1 - len(cards) / len(card_ids) < 0.015
+    assert set(cards["deck_id"]) <= set(decks["deck_id"]) and 2 <= len(decks) <= 8
+    assert decks["preset_id"].between(0, 2).all()
+    again, _ = user_tables(card_ids, seed=7)
+    assert again.equals(cards)
