@@ -24,6 +24,13 @@ Tested with upstream's January-2025 code (github:1DWalker/srs-benchmark @ 399354
 virtualenv of its own: `python -m venv --system-site-packages .venv && .venv/bin/pip install
 fsrs-optimizer==5.7.3 pandas==2.2.3 numpy==1.26.4 pyarrow==17.0.0` (its pandas code predates pandas 3).
 
+Known failures of that code in that environment, on every user (the row then prints `failed` and upstream's
+traceback): script.py --dry (FSRS-5-default) reads `optimizer.init_w`, which fsrs-optimizer 5.7.3 sets only in
+define_model/pretrain; script.py --partitions (FSRS-5-preset, -deck) keeps the revlogs' categorical `user_id` column
+and its `fillna(-1)` raises on it under pandas 2.2.3; other.py's FSRSv1 raises in its own predict().
+`--upstream-program 'other.py --model FSRS-5 --dry'` (or `--partitions preset`) times upstream's other.py FSRS-5
+instead, which drops that column and builds its own default weights.
+
 Upstream writes `result/`, `raw/` and `evaluation/` under its working directory and skips users already there, so
 it runs in a temporary folder that links every other entry of the checkout (its modules, pretrained weights): the
 checkout itself is never written to.
@@ -54,7 +61,8 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {shlex.join(cmd)}\n{proc.stderr[-2000:]}")
+        # upstream prints each failed user's traceback to stdout (tqdm.write), its own crash to stderr
+        raise RuntimeError(f"exit {proc.returncode}: {shlex.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -152,7 +160,8 @@ def clear(folder: Path, names) -> None:
 def bench_model(model: str, a, tmp: Path, work: Path | None) -> dict:
     """Median wall and cpu seconds of each side, and the median of the pairwise wall ratios."""
     ours = ours_cmd(model, a.data, tmp / "ours-result")
-    theirs = [a.upstream_python, *(upstream_program(model) or []), "--data", str(a.data.resolve()),
+    program = shlex.split(a.upstream_program) if a.upstream_program else upstream_program(model) or []
+    theirs = [a.upstream_python, *program, "--data", str(a.data.resolve()),
               "--processes", "1", *shlex.split(a.upstream_args)]  # used only with --upstream (a known row)
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "upstream": []}
     for k in range(a.repeat + 1):  # run 0 is the untimed warm-up
@@ -203,6 +212,9 @@ def main(argv=None) -> None:
     ap.add_argument("--upstream-python", default=sys.executable, help="the interpreter of upstream's environment")
     ap.add_argument("--upstream-args", default="", help="extra arguments for upstream's program (other.py or "
                                                          "script.py)")
+    ap.add_argument("--upstream-program", default="",
+                    help="upstream's program and flags instead of UPSTREAM_COMMANDS' (e.g. 'other.py --model FSRS-5 "
+                         "--dry' where script.py --dry fails with fsrs-optimizer 5.7.3); for every row in --models")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each side (after one untimed run of ours)")
     ap.add_argument("--upstream-warmup", action="store_true", help="an untimed run of upstream's side first too")
     a = ap.parse_args(argv)
@@ -215,11 +227,11 @@ def main(argv=None) -> None:
             print("| model | ours, wall s | upstream, wall s | ratio (wall) | ours, cpu s | upstream, cpu s | "
                   "ratio (cpu) | results |\n|---|---|---|---|---|---|---|---|")
         for model in (m.strip() for m in a.models.split(",")):
-            if work is not None and upstream_program(model) is None:
+            if work is not None and upstream_program(model) is None and not a.upstream_program:
                 print(f"| {model} | {skip_reason(model)} |", flush=True)
                 continue
-            if work is not None and reads_decks(upstream_program(model)) and not all(
-                    (a.data / table).is_dir() for table in ("cards", "decks")):
+            command = shlex.split(a.upstream_program) or upstream_program(model)
+            if work is not None and reads_decks(command) and not all((a.data / t).is_dir() for t in ("cards", "decks")):
                 print(f"| {model} | skipped: upstream's command reads the cards and decks tables, which {a.data} "
                       "lacks (bench/sim_decks.py writes them for simulated data) |", flush=True)
                 continue
