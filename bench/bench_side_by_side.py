@@ -1,23 +1,35 @@
 """Our row and upstream's row, whole process, side by side on the same data folder.
 
     python bench/bench_side_by_side.py --data ../anki-revlogs-10k --models AVG,SM2,HLR,FSRSv4
-    python bench/bench_side_by_side.py --data /tmp/sim --models AVG --upstream ../srs-benchmark \\
-        --upstream-python ../srs-benchmark/.venv/bin/python
+    python bench/bench_side_by_side.py --data /tmp/sim --models AVG,GRU-P-short,FSRS-5-preset \\
+        --upstream ../srs-benchmark --upstream-python ../srs-benchmark/.venv/bin/python
 
-Each model runs as a user runs it (`python other.py --model M --data D --processes 1`, interpreter start, imports,
-every user, result file) in a fresh process with an empty result folder. With `--upstream PATH` (a checkout of
-upstream's srs-benchmark, run by its own interpreter `--upstream-python`), upstream runs the same row on the same
-folder (`other.py --model M`; FSRS-5 is its `script.py`), alternating with ours (ours, upstream, ours, upstream,
-...) so that both see the same machine in the same minute; the ratio is taken run pair by run pair and its median
-printed, for wall time (what a user waits for) and for CPU time (user + system: the fairer figure on a shared
-machine). Each pair's result files are compared too: the per-user `size` must be equal (the row is the same
-protocol), and the mean Log Loss of both is printed. Without `--upstream` only our times are printed. One untimed
-run of ours first (numba's disk cache of compiled kernels, the OS file cache); upstream has no compiled cache to
-warm, and `--upstream-warmup` gives it an untimed run too.
+Each row runs as a user runs it (the row's own command from rows.py, e.g. `python other.py --model GRU-P --short
+--data D --processes 1`: interpreter start, imports, every user, result file) in a fresh process with an empty
+result folder. With `--upstream PATH` (a checkout of upstream's srs-benchmark, run by its own interpreter
+`--upstream-python`), upstream runs its own command for the same row on the same folder (UPSTREAM_COMMANDS below:
+`other.py --model M`, with `--short` or `--dry` for the -short rows and Anki-SM-2; FSRS-5 and its variants are
+`script.py` with its Era A flags), alternating with ours (ours, upstream, ours, upstream, ...) so that both see the
+same machine in the same minute; the ratio is taken run pair by run pair and its median printed, for wall time
+(what a user waits for) and for CPU time (user + system: the fairer figure on a shared machine). A row upstream's
+January-2025 code cannot run (FSRS-6/7, SBD, ...) is skipped with the reason, nothing run, and so is one whose
+upstream command reads the cards and decks tables (the preset and deck rows; SM2 and Ebisu-v2, whose upstream code
+joins them in) when the data folder has none (bench/sim_decks.py adds them to simulated data). Each pair's result
+files are compared too: the per-user `size` must be equal (the row is the same protocol), and the mean Log Loss of
+both is printed. Without `--upstream` only our times are printed. One untimed run of ours first (numba's disk
+cache of compiled kernels, the OS file cache); upstream has no compiled cache to warm, and `--upstream-warmup`
+gives it an untimed run too.
 
 Tested with upstream's January-2025 code (github:1DWalker/srs-benchmark @ 39935416, 18 January 2025) in a
 virtualenv of its own: `python -m venv --system-site-packages .venv && .venv/bin/pip install
 fsrs-optimizer==5.7.3 pandas==2.2.3 numpy==1.26.4 pyarrow==17.0.0` (its pandas code predates pandas 3).
+
+Known failures of that code in that environment, on every user (the row then prints `failed` and upstream's
+traceback): script.py --dry (FSRS-5-default) reads `optimizer.init_w`, which fsrs-optimizer 5.7.3 sets only in
+define_model/pretrain; script.py --partitions (FSRS-5-preset, -deck) keeps the revlogs' categorical `user_id` column
+and its `fillna(-1)` raises on it under pandas 2.2.3; other.py's FSRSv1 raises in its own predict().
+`--upstream-program 'other.py --model FSRS-5 --dry'` (or `--partitions preset`) times upstream's other.py FSRS-5
+instead, which drops that column and builds its own default weights.
 
 Upstream writes `result/`, `raw/` and `evaluation/` under its working directory and skips users already there, so
 it runs in a temporary folder that links every other entry of the checkout (its modules, pretrained weights): the
@@ -49,17 +61,81 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {shlex.join(cmd)}\n{proc.stderr[-2000:]}")
+        # upstream prints each failed user's traceback to stdout (tqdm.write), its own crash to stderr
+        raise RuntimeError(f"exit {proc.returncode}: {shlex.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def upstream_program(model: str) -> list[str]:
-    """Upstream's command for our row `model`: FSRS-5 is its script.py (fsrs-optimizer), every other row other.py."""
-    return ["script.py"] if model == "FSRS-5" else ["other.py", "--model", model]
+# Our row (rows.py) → upstream's January-2025 command for the same row: its program and flags. other.py runs every
+# non-FSRS-5 model (`--model M`, `--short` keeps same-day reviews in histories, `--dry` evaluates default
+# parameters); FSRS-5 and its variants are script.py (fsrs-optimizer), whose flags are named as in Era A:
+# --dry = our --default, --pretrain = our --S0, --binary = our --binary.
+_OTHER = ["FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1", "DASH", "DASH[MCM]", "DASH[ACT-R]", "GRU", "GRU-P",
+          "Transformer", "NN-17", "ACT-R", "AVG", "90%", "Anki", "HLR", "SM2-trainable", "Ebisu-v2", "SM2",
+          "RMSE-BINS-EXPLOIT"]
+UPSTREAM_COMMANDS: dict[str, list[str]] = {
+    **{row: ["other.py", "--model", row] for row in _OTHER},
+    **{f"{m}-short": ["other.py", "--model", m, "--short"] for m in ("GRU-P", "DASH", "HLR", "SM2")},
+    "Anki-default": ["other.py", "--model", "Anki", "--dry"],  # the README's "Anki-SM-2" (Anki-dry-run)
+    "FSRS-5": ["script.py"],
+    "FSRS-5-recency": ["script.py", "--recency"],
+    "FSRS-5-preset": ["script.py", "--partitions", "preset"],
+    "FSRS-5-deck": ["script.py", "--partitions", "deck"],
+    "FSRS-5-binary": ["script.py", "--binary"],
+    "FSRS-5-S0": ["script.py", "--pretrain"],
+    "FSRS-5-default": ["script.py", "--dry"],
+    "FSRS-5-disable_short_term": ["script.py", "--disable_short_term"],
+}
+# Rows of ours that upstream's January-2025 code has no command for, and why (anything else unknown is skipped too).
+_LATER = "added to upstream after January 2025"
+NOT_IN_UPSTREAM: dict[str, str] = {
+    "LSTM": "upstream's January LSTM is its older RNN-class model, not the README's 8,869-parameter LSTM row",
+    "FSRS-rs": "that version's script.py --rust optimises FSRS-5 through fsrs-rs-python, not the FSRS-6 FSRS-rs row",
+    "FSRS-6-upstream-trainer": "an srs-bench row (FSRS-6 with the upstream-style trainer); FSRS-6 is " + _LATER,
+    "SBD-recency": f"SBD is {_LATER}",
+    "LogisticRegression": f"LogisticRegression is {_LATER}",
+    "MOVING-AVG": f"MOVING-AVG is {_LATER}",
+    "RWKV": "trained once on 5,000 users, not per user; not an srs-bench row",
+    "RWKV-P": "trained once on 5,000 users, not per user; not an srs-bench row",
+}
+
+
+def reads_decks(command: list[str]) -> bool:
+    """Whether upstream's command reads the cards and decks tables besides the revlogs: every --partitions run, and
+    other.py's untrainable SM2 and Ebisu-v2 (its process_untrainable joins both tables, unused, for every user)."""
+    return "--partitions" in command or command[:3] in (["other.py", "--model", "SM2"],
+                                                        ["other.py", "--model", "Ebisu-v2"])
+
+
+def upstream_program(model: str) -> list[str] | None:
+    """Upstream's program and flags for our row `model`, or None when its January-2025 code cannot run the row."""
+    return list(UPSTREAM_COMMANDS[model]) if model in UPSTREAM_COMMANDS else None
+
+
+def skip_reason(model: str) -> str:
+    """Why `model` has no upstream counterpart to time (only asked when upstream_program gave None)."""
+    if model in NOT_IN_UPSTREAM:
+        reason = NOT_IN_UPSTREAM[model]
+    elif model.startswith(("FSRS-6", "FSRS-7")):
+        reason = f"{model.split('-')[0]}-{model.split('-')[1]} is {_LATER}"
+    else:
+        reason = "no upstream January-2025 command is known for this row (bench_side_by_side.UPSTREAM_COMMANDS)"
+    return f"skipped: {reason}"
+
+
+def our_args(model: str) -> list[str]:
+    """Our other.py arguments for the row `model` (rows.py: model and flags, e.g. GRU-P-short is `--model GRU-P
+    --short`); a name that is not a row is taken as a registry model name."""
+    if str(ROOT) not in sys.path:  # run as a script, sys.path[0] is bench/
+        sys.path.insert(0, str(ROOT))
+    import rows
+
+    row = rows.BY_NAME.get(model)
+    return shlex.split(row.command())[2:] if row else ["--model", model]
 
 
 def ours_cmd(model: str, data: Path, result_dir: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "other.py"), "--model", model, "--data", str(data), "--processes", "1",
+    return [sys.executable, str(ROOT / "other.py"), *our_args(model), "--data", str(data), "--processes", "1",
             "--quiet", "--result-dir", str(result_dir)]
 
 
@@ -84,8 +160,9 @@ def clear(folder: Path, names) -> None:
 def bench_model(model: str, a, tmp: Path, work: Path | None) -> dict:
     """Median wall and cpu seconds of each side, and the median of the pairwise wall ratios."""
     ours = ours_cmd(model, a.data, tmp / "ours-result")
-    theirs = [a.upstream_python, *upstream_program(model), "--data", str(a.data.resolve()), "--processes", "1",
-              *shlex.split(a.upstream_args)]
+    program = shlex.split(a.upstream_program) if a.upstream_program else upstream_program(model) or []
+    theirs = [a.upstream_python, *program, "--data", str(a.data.resolve()),
+              "--processes", "1", *shlex.split(a.upstream_args)]  # used only with --upstream (a known row)
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "upstream": []}
     for k in range(a.repeat + 1):  # run 0 is the untimed warm-up
         clear(tmp, ["ours-result"])
@@ -128,10 +205,16 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="dataset root in the anki-revlogs-10k layout")
-    ap.add_argument("--models", default="AVG,SM2,HLR,FSRSv4", help="comma-separated registry names")
+    ap.add_argument("--models", default="AVG,SM2,HLR,FSRSv4",
+                    help="comma-separated row names (rows.py: GRU-P-short, FSRS-5-preset, ...); with --upstream, "
+                         "rows upstream's January-2025 code has no command for are skipped with the reason")
     ap.add_argument("--upstream", type=Path, default=None, help="a checkout of upstream's srs-benchmark")
     ap.add_argument("--upstream-python", default=sys.executable, help="the interpreter of upstream's environment")
-    ap.add_argument("--upstream-args", default="", help="extra arguments for upstream's other.py")
+    ap.add_argument("--upstream-args", default="", help="extra arguments for upstream's program (other.py or "
+                                                         "script.py)")
+    ap.add_argument("--upstream-program", default="",
+                    help="upstream's program and flags instead of UPSTREAM_COMMANDS' (e.g. 'other.py --model FSRS-5 "
+                         "--dry' where script.py --dry fails with fsrs-optimizer 5.7.3); for every row in --models")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each side (after one untimed run of ours)")
     ap.add_argument("--upstream-warmup", action="store_true", help="an untimed run of upstream's side first too")
     a = ap.parse_args(argv)
@@ -143,9 +226,17 @@ def main(argv=None) -> None:
         else:
             print("| model | ours, wall s | upstream, wall s | ratio (wall) | ours, cpu s | upstream, cpu s | "
                   "ratio (cpu) | results |\n|---|---|---|---|---|---|---|---|")
-        for model in a.models.split(","):
+        for model in (m.strip() for m in a.models.split(",")):
+            if work is not None and upstream_program(model) is None and not a.upstream_program:
+                print(f"| {model} | {skip_reason(model)} |", flush=True)
+                continue
+            command = shlex.split(a.upstream_program) or upstream_program(model)
+            if work is not None and reads_decks(command) and not all((a.data / t).is_dir() for t in ("cards", "decks")):
+                print(f"| {model} | skipped: upstream's command reads the cards and decks tables, which {a.data} "
+                      "lacks (bench/sim_decks.py writes them for simulated data) |", flush=True)
+                continue
             try:
-                r = bench_model(model.strip(), a, tmp, work)
+                r = bench_model(model, a, tmp, work)
             except RuntimeError as exc:  # e.g. upstream's January-2025 FSRSv1 fails in its own predict()
                 print(f"| {model} | failed: {str(exc).splitlines()[0]} |", flush=True)
                 print(exc, file=sys.stderr)

@@ -65,6 +65,48 @@ def test_sm2_ignores_intervals():
     assert np.array_equal(a, b)
 
 
+def sm2_reference(ratings):
+    """Upstream's sm2(r_history) in plain Python: the interval after the given ratings."""
+    ivl, ef, reps = 0, 2.5, 0
+    for g in ratings:
+        q = g + 1
+        if q > 2:
+            ivl = 1 if reps == 0 else 6 if reps == 1 else ivl * ef
+            reps += 1
+        else:
+            ivl, reps = 1, 0
+        ef = max(1.3, ef + (0.1 - (5 - q) * (0.08 + (5 - q) * 0.02)))
+        ivl = min(max(1, round(ivl + 0.01)), 36500)
+    return ivl
+
+
+def test_sm2_many_cards_of_different_lengths():
+    """Cards stepped side by side (numpy, longest first) give each card's own one-card answer, in row order."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 40, size=60)
+    seq_r, rows, expected = [], [], []
+    for length in lengths:
+        ratings = rng.choice([1, 2, 3, 4], size=length, p=[0.15, 0.1, 0.65, 0.1])
+        start = len(seq_r)
+        seq_r.extend(ratings)
+        for k in rng.choice(np.arange(1, length + 1), size=min(length, 3), replace=False):
+            rows.append((start, k, float(rng.integers(1, 60))))
+            expected.append(0.9 ** (rows[-1][2] / sm2_reference(ratings[:k])))
+    order = rng.permutation(len(rows))
+    frame = pd.DataFrame([rows[i] for i in order], columns=["seq_start", "seq_pos", "delta_t"]).assign(y=1, card_id=0)
+    data = ReviewData(frame, np.zeros(len(seq_r) + 1), np.asarray(seq_r + [3], dtype=np.int8))
+    assert SM2().predict(data) == pytest.approx(np.asarray(expected)[order], rel=1e-12)
+
+
+def test_sm2_needs_no_numba():
+    """The SM2 rows need no compiled code, so their processes never import numba (~1 s of CPU per process)."""
+    import subprocess
+    import sys
+
+    code = "import sys, models.sm2; sys.exit('numba' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+
+
 # ------------------------------------------------------------------------------------------------------- Ebisu v2
 
 def ebisu_reference(ratings, deltas, tnow):
