@@ -157,12 +157,12 @@ def clear(folder: Path, names) -> None:
         shutil.rmtree(folder / name, ignore_errors=True)
 
 
-def bench_model(model: str, a, tmp: Path, work: Path | None) -> dict:
-    """Median wall and cpu seconds of each side, and the median of the pairwise wall ratios."""
+def bench_model(model: str, program: list[str], a, tmp: Path, work: Path | None) -> dict:
+    """Median wall and cpu seconds of each side, and the median of the pairwise wall ratios; `program` is
+    upstream's program and flags for the row (used only with --upstream)."""
     ours = ours_cmd(model, a.data, tmp / "ours-result")
-    program = shlex.split(a.upstream_program) if a.upstream_program else upstream_program(model) or []
     theirs = [a.upstream_python, *program, "--data", str(a.data.resolve()),
-              "--processes", "1", *shlex.split(a.upstream_args)]  # used only with --upstream (a known row)
+              "--processes", "1", *shlex.split(a.upstream_args)]
     runs: dict[str, list[tuple[float, float]]] = {"ours": [], "upstream": []}
     for k in range(a.repeat + 1):  # run 0 is the untimed warm-up
         clear(tmp, ["ours-result"])
@@ -227,16 +227,16 @@ def main(argv=None) -> None:
             print("| model | ours, wall s | upstream, wall s | ratio (wall) | ours, cpu s | upstream, cpu s | "
                   "ratio (cpu) | results |\n|---|---|---|---|---|---|---|---|")
         for model in (m.strip() for m in a.models.split(",")):
-            if work is not None and upstream_program(model) is None and not a.upstream_program:
+            program = shlex.split(a.upstream_program) or upstream_program(model)  # None: upstream lacks the row
+            if work is not None and program is None:
                 print(f"| {model} | {skip_reason(model)} |", flush=True)
                 continue
-            command = shlex.split(a.upstream_program) or upstream_program(model)
-            if work is not None and reads_decks(command) and not all((a.data / t).is_dir() for t in ("cards", "decks")):
+            if work is not None and reads_decks(program) and not all((a.data / t).is_dir() for t in ("cards", "decks")):
                 print(f"| {model} | skipped: upstream's command reads the cards and decks tables, which {a.data} "
                       "lacks (bench/sim_decks.py writes them for simulated data) |", flush=True)
                 continue
             try:
-                r = bench_model(model, a, tmp, work)
+                r = bench_model(model, program or [], a, tmp, work)
             except RuntimeError as exc:  # e.g. upstream's January-2025 FSRSv1 fails in its own predict()
                 print(f"| {model} | failed: {str(exc).splitlines()[0]} |", flush=True)
                 print(exc, file=sys.stderr)
