@@ -27,13 +27,17 @@ class Row:
     flags: dict = field(default_factory=dict)  # RunConfig fields that differ from the defaults
     unsupported: str | None = None  # why srs-bench cannot produce this row at all (not just "not registered yet")
 
-    def command(self) -> str:
-        """The single-row command line that produces the same result file."""
-        words = ["python", "other.py", "--model", self.algo]
+    def args(self) -> list[str]:
+        """other.py's arguments for this row (`--model M` and its flags)."""
+        words = ["--model", self.algo]
         for key, value in self.flags.items():
             flag = _FLAG_NAMES[key]
             words += [flag] if value is True else [flag, str(value)]
-        return shlex.join(words)
+        return words
+
+    def command(self) -> str:
+        """The single-row command line that produces the same result file."""
+        return shlex.join(["python", "other.py", *self.args()])
 
 
 # RunConfig field → command-line flag (config.build_parser)

@@ -131,7 +131,7 @@ def our_args(model: str) -> list[str]:
     import rows
 
     row = rows.BY_NAME.get(model)
-    return shlex.split(row.command())[2:] if row else ["--model", model]
+    return row.args() if row else ["--model", model]
 
 
 def ours_cmd(model: str, data: Path, result_dir: Path) -> list[str]:
