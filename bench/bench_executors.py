@@ -61,24 +61,20 @@ def write_decks(root: Path, user: int, seed: int, n_decks: int = 6, n_presets: i
     -preset and -deck rows and the models that join these tables run as on real collections."""
     import pandas as pd
 
+    from bench.sim_decks import write_tables
+
     rng = np.random.default_rng(seed)
     card_ids = pd.read_parquet(root / "revlogs" / f"user_id={user}")["card_id"].unique()
-    tables = {"cards": pd.DataFrame({"card_id": card_ids, "note_id": card_ids,
-                                     "deck_id": rng.integers(0, n_decks, len(card_ids))}),
-              "decks": pd.DataFrame({"deck_id": np.arange(n_decks), "parent_id": -1,
-                                     "preset_id": rng.integers(0, n_presets, n_decks)})}
-    for name, frame in tables.items():
-        folder = root / name / f"user_id={user}"
-        folder.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(folder / "data.parquet", index=False)
+    cards = pd.DataFrame({"card_id": card_ids, "note_id": card_ids, "deck_id": rng.integers(0, n_decks, len(card_ids))})
+    decks = pd.DataFrame({"deck_id": np.arange(n_decks), "parent_id": -1,
+                          "preset_id": rng.integers(0, n_presets, n_decks)})
+    write_tables(root, user, cards, decks)
 
 
 def row_command(row_name: str) -> list[str]:
-    import shlex
-
     import rows
 
-    return shlex.split(rows.BY_NAME[row_name].command())[1:]  # drop "python"
+    return ["other.py", *rows.BY_NAME[row_name].args()]
 
 
 def run_row(row_name: str, data: Path, result_dir: Path, processes: int, executor: str = "local",

@@ -33,6 +33,14 @@ def user_tables(card_ids: np.ndarray, seed: int) -> tuple[pd.DataFrame, pd.DataF
     return cards, decks
 
 
+def write_tables(root: Path, user: int, cards: pd.DataFrame, decks: pd.DataFrame) -> None:
+    """A user's cards and decks tables in the anki-revlogs-10k layout: root/{cards,decks}/user_id=N/data.parquet."""
+    for name, table in (("cards", cards), ("decks", decks)):
+        folder = root / name / f"user_id={user}"
+        folder.mkdir(parents=True, exist_ok=True)
+        table.to_parquet(folder / "data.parquet", index=False)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="a folder with revlogs/user_id=N/ (bench/simulate.py)")
@@ -45,11 +53,7 @@ def main(argv=None) -> None:
     for part in sorted((a.data / "revlogs").glob("user_id=*")):
         user = int(part.name.split("=")[1])
         card_ids = np.unique(pd.read_parquet(part, columns=["card_id"])["card_id"].to_numpy())
-        cards, decks = user_tables(card_ids, a.seed * 1_000_003 + user)
-        for name, table in (("cards", cards), ("decks", decks)):
-            folder = a.out / name / part.name
-            folder.mkdir(parents=True, exist_ok=True)
-            table.to_parquet(folder / "data.parquet", index=False)
+        write_tables(a.out, user, *user_tables(card_ids, a.seed * 1_000_003 + user))
     print(f"cards and decks for {len(list((a.out / 'cards').iterdir()))} users in {a.out}")
 
 
