@@ -107,10 +107,14 @@ def mcm_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     return window_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt, True)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def windows_card(w, lf, t_y, t_wt, tb, te, gw, out, with_grad):
     """Loss (+ gradient into gw) or predictions (into out) of one card's targets; lf[j] = target j's ln(1 + x)
-    (window_inputs, which the engine passes in place of t_dt)."""
+    (window_inputs, which the engine passes in place of t_dt).
+
+    Inlined with its two entry points into the engine's loops: upstream's batches make every target its own work
+    item (a call each, 9 multiply-adds of work), and the call cost as much as the work: the last-fold fit of a
+    7.4k-review user 10.8 → 5.3 ms (best of 5, CPU), result lines bit-identical (36 simulated users)."""
     loss = 0.0
     for j in range(tb, te):
         z = w[8]
@@ -129,13 +133,13 @@ def windows_card(w, lf, t_y, t_wt, tb, te, gw, out, with_grad):
     return loss
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def windows_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
     """DASH's and DASH[MCM]'s card loss and gradient (t_dt: their window_inputs)."""
     return windows_card(w, t_dt, t_y, t_wt, tb, te, gw, gw, True)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def windows_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
     windows_card(w, t_dt, out, out, tb, te, out, out, False)  # labels and weights: unread placeholders
 
