@@ -36,6 +36,7 @@ from models.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 SEED = 2023
 LR = 4e-2
+NUMPY126 = "numpy1.26"  # sort_kind of numpy 1.26's quicksort tie order (argsort)
 _TEMPLATE = Path(__file__).with_name("seq_engine_kernels.py")
 _STUB_IMPORT = "from models.seq_model_stub import *"
 _GENERIC_BEGIN = "# ---- GENERIC-CARD-BEGIN"
@@ -220,6 +221,16 @@ def time_order(t_row: np.ndarray) -> np.ndarray:
     return order
 
 
+def argsort(key: np.ndarray, sort_kind: str) -> np.ndarray:
+    """np.argsort(key, kind=sort_kind), or with sort_kind "numpy1.26" numpy 1.26's quicksort order (the tie order of
+    upstream's January-2025 runs, models/legacy_sort.py), which numpy >= 2 no longer gives."""
+    if sort_kind == NUMPY126:
+        from models.legacy_sort import argsort_numpy126
+
+        return argsort_numpy126(np.ascontiguousarray(key, dtype=np.int64))
+    return np.argsort(key, kind=sort_kind)
+
+
 def fit_prior(w0: np.ndarray, w_init, sigma, grad_mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(1/σ², centre, gradient mask) of a fit's L2 prior Σ((w − centre)/σ)²: none when sigma is None (1/σ² = 0,
     centre w0); the mask zeros the gradient of frozen parameters (all ones when grad_mask is None)."""
@@ -333,7 +344,8 @@ class SeqEngine:
     def fit(self, w0, train: ReviewData, cfg=None, *, w_init=None, sigma=None, grad_mask=None,
             keep: np.ndarray | None = None, lr: float = LR, betas=(0.9, 0.999), seed: int = SEED,
             check_every_epoch: bool = False, batching: str = "cards", sort_kind: str = "stable",
-            keep_last: bool = False, weights: np.ndarray | None = None, prior_scale: float = 1.0) -> np.ndarray:
+            keep_last: bool = False, weights: np.ndarray | None = None, prior_scale: float = 1.0,
+            equal_lengths: bool = False) -> np.ndarray:
         """Trained weights from w0 (clipped). cfg supplies n_epoch, batch_size, max_seq_len and recency; `keep`
         restricts the training rows (e.g. FSRS v4's i > 2); `w_init`/`sigma` define the L2 prior (none if sigma is
         None); grad_mask zeros the gradient of frozen parameters. Deterministic for a given seed.
@@ -344,7 +356,10 @@ class SeqEngine:
         batching "length-shared": the same batches, each card's targets within one batch as one work item (one
         replay of the card up to its longest target there; see share_card_prefixes).
         keep_last: the weights training ends with (no best-checkpoint rule). weights: explicit row weights over
-        `train` (instead of cfg.recency's). prior_scale multiplies the prior's 1/σ² (a model's PRIOR_WEIGHT)."""
+        `train` (instead of cfg.recency's). prior_scale multiplies the prior's 1/σ² (a model's PRIOR_WEIGHT).
+        equal_lengths: with the "length" batchings, every row has the same sort key (upstream's len(tensor) of a
+        fixed-size feature vector: DASH, HLR), so the batches are the time-ordered rows in `sort_kind`'s tie order
+        (NUMPY126: numpy 1.26's, upstream's)."""
         n_epoch = int(getattr(cfg, "n_epoch", 5))
         batch_size = int(getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
@@ -363,7 +378,8 @@ class SeqEngine:
             items, orders, bounds, n_batches = self._card_batches(cards, n_epoch, batch_size, seed)
         elif batching in ("length", "length-shared"):
             items, orders, bounds, n_batches = self._length_batches(cards, n_epoch, batch_size, sort_kind,
-                                                                    share=batching == "length-shared")
+                                                                    share=batching == "length-shared",
+                                                                    equal_lengths=equal_lengths)
         else:
             raise ValueError(f"unknown batching {batching!r}")
         best_w, _ = self.k.adam_fit(w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(),
@@ -384,14 +400,17 @@ class SeqEngine:
             bounds[e, :len(c)] = c
         return items, orders, bounds, np.array([len(c) - 1 for c in cuts], dtype=np.int64)
 
-    def _length_batches(self, cards: Cards, n_epoch: int, batch_size: int, sort_kind: str, share: bool = False):
-        """Upstream's batches: targets (in time order) sorted by history length, cut every batch_size, the batch
+    def _length_batches(self, cards: Cards, n_epoch: int, batch_size: int, sort_kind: str, share: bool = False,
+                        equal_lengths: bool = False):
+        """Upstream's batches: targets (in time order) sorted by history length (by nothing with equal_lengths:
+        only the sort's tie order moves them), cut every batch_size, the batch
         order drawn by torch.randperm on one generator seeded 2023 (training.py's order; models/torch_rng.py draws it
         without torch). Each target is replayed
         from its card's first review: upstream's cost (Σ history lengths per epoch), still compiled.
         share: one item per card within each batch instead of one per target (share_card_prefixes)."""
         by_time = time_order(cards.t_row)  # Cards is grouped by card; upstream sees time order
-        targets = by_time[np.argsort(cards.t_pos[by_time], kind=sort_kind)]
+        key = np.zeros(len(by_time), dtype=np.int64) if equal_lengths else cards.t_pos[by_time]
+        targets = by_time[argsort(key, sort_kind)]
         n_b = (len(targets) + batch_size - 1) // batch_size
         if share:
             items, first = share_card_prefixes(targets, np.arange(len(targets)) // batch_size, cards)
