@@ -27,8 +27,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 MODELS = {"GRU-P": GRUP, "GRU": GRU}
 
 
-@pytest.fixture(scope="module")
-def tasks():
+def check_tasks():
     """(train, test) of: folds 1 and 3 of user 8, fold 2 of user 12, and a tiny set (30 rows: one group)."""
     out = []
     for user, folds in ((8, (0, 2)), (12, (1,))):
@@ -37,6 +36,11 @@ def tasks():
         out += [(data.subset(split[k][0]), data.subset(split[k][1])) for k in folds]
     tiny = out[0][0].subset(np.arange(30))
     return out + [(tiny, out[0][1])]
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return check_tasks()
 
 
 def pretrained64(name: str):
@@ -206,7 +210,8 @@ def test_failed_batched_pass_runs_its_users_one_by_one(monkeypatch):
 def test_per_user_fallbacks():
     assert runner.per_user_reason(RunConfig(algo="GRU-P")) is None
     assert runner.per_user_reason(RunConfig(algo="GRU", short=True)) is None
-    assert "no batched trainer" in runner.per_user_reason(RunConfig(algo="NN-17"))
+    assert runner.per_user_reason(RunConfig(algo="NN-17")) is None
+    assert "no batched trainer" in runner.per_user_reason(RunConfig(algo="Transformer"))
     for kw in ({"partitions": "deck"}, {"trainer": "upstream"}, {"default": True}, {"executor": "dask"}):
         assert runner.per_user_reason(RunConfig(algo="GRU-P", **kw))
 
