@@ -107,11 +107,10 @@ class StackedLSTM(StackedNet):
     @staticmethod
     def fit_predict(cfg, splits: list[tuple[ReviewData, ReviewData]], device="cpu") -> list[np.ndarray]:
         """LSTM.fit then .predict for every (train, test) split, all fine-tunes in one batched pass."""
-        import models
-
-        model = models.create(cfg)  # the pretrained torch module and the pretraining's optimizer state
         from models.lstm_torch import flat_opt_state
+        from models.neural_batched import torch_model
 
+        model = torch_model(cfg)  # the pretrained torch module and the pretraining's optimizer state
         fitted = fit_tasks(model.net, [tr for tr, _ in splits], flat_opt_state(model.net, model.opt_state),
                            device=device)
         fitted.round_to(model.net.dtype)  # the per-user path's float32 weights (FlatNet), predicted in float64

@@ -319,16 +319,25 @@ def stacked_class(algo: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def torch_model(cfg):
+    """The model of `cfg` holding its torch module (the batched trainer stacks its parameters), even where a
+    per-user run would hold the torch-free twin (card_net.NeuralModel.torch_free: one user per chunk on the CPU)."""
+    import dataclasses
+
+    import models
+
+    return models.create(dataclasses.replace(cfg, batch_users=max(2, cfg.users_per_chunk)))
+
+
 def fit_predict(cfg, splits: list[tuple[ReviewData, ReviewData]], device="cpu") -> list[np.ndarray]:
     """NeuralModel.fit then .predict for every (train, test) split, all fine-tunes in one batched pass: the
     predictions of each test set, in row order."""
-    import models
     import training
 
     stacked = stacked_class(cfg.algo)
     if hasattr(stacked, "fit_predict"):
         return stacked.fit_predict(cfg, splits, device)
-    model = models.create(cfg)  # the pretrained net and the model's own epoch count
+    model = torch_model(cfg)  # the pretrained net and the model's own epoch count
     trains = [tr for tr, _ in splits]
     weights = [training.recency_weights(len(tr)) for tr in trains] if cfg.recency else None
     fitted = fit_tasks(model.net, trains, n_epoch=model.n_epoch, batch_size=cfg.batch_size,

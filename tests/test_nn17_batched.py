@@ -106,3 +106,15 @@ def test_run_batched_equals_per_user(tmp_path, monkeypatch):
         assert a["size"] == b["size"] and set(a) == set(b) and set(a["metrics"]) == set(b["metrics"])
         for k in a["metrics"]:
             assert a["metrics"][k] == pytest.approx(b["metrics"][k], abs=1e-9)
+
+
+def test_chunk_of_a_per_user_config_runs_batched(monkeypatch):
+    """evaluate_chunk with a config whose per-user model would be torch-free (batch_users unset, CPU), as
+    bench/bench_gpu.py calls it: the batched pass builds the torch module itself and does not fall back."""
+    import runner
+
+    cfg = RunConfig(algo="NN-17", processes=1, quiet=True)
+    alone = runner.evaluate_user(12, cfg, CHECK).record
+    monkeypatch.setattr(pipeline, "evaluate_user", no_per_user_fallback)
+    (out,) = runner.evaluate_chunk([12], cfg, CHECK)
+    assert out.record["size"] == alone["size"] and out.record["metrics"] == alone["metrics"]
