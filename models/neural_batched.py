@@ -306,7 +306,8 @@ class StackedAdamW:
 # models with a batched trainer: the StackedNet class of each ("module:Class"); a class with its own
 # `fit_predict(cfg, splits, device)` runs its own recipe, the others fit_cards' (fit_tasks)
 BATCHED = {"GRU-P": "models.neural_batched:StackedGRU", "GRU": "models.neural_batched:StackedGRU",
-           "NN-17": "models.nn17_batched:StackedNN17", "LSTM": "models.lstm_batched:StackedLSTM"}
+           "NN-17": "models.nn17_batched:StackedNN17", "LSTM": "models.lstm_batched:StackedLSTM",
+           "Transformer": "models.transformer_batched:StackedTransformer"}
 
 
 def supports(algo: str) -> bool:

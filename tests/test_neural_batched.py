@@ -211,7 +211,9 @@ def test_per_user_fallbacks():
     assert runner.per_user_reason(RunConfig(algo="GRU-P")) is None
     assert runner.per_user_reason(RunConfig(algo="GRU", short=True)) is None
     assert runner.per_user_reason(RunConfig(algo="NN-17")) is None
-    assert "no batched trainer" in runner.per_user_reason(RunConfig(algo="Transformer"))
+    for algo in ("LSTM", "Transformer"):
+        assert runner.per_user_reason(RunConfig(algo=algo)) is None
+    assert "no batched trainer" in runner.per_user_reason(RunConfig(algo="FSRS-6"))
     for kw in ({"partitions": "deck"}, {"trainer": "upstream"}, {"default": True}, {"executor": "dask"}):
         assert runner.per_user_reason(RunConfig(algo="GRU-P", **kw))
 
