@@ -107,3 +107,14 @@ def test_run_batched_equals_per_user(tmp_path, monkeypatch):
         assert a["size"] == b["size"] > 100 and set(a) == set(b) and set(a["metrics"]) == set(b["metrics"])
         for k in a["metrics"]:
             assert a["metrics"][k] == pytest.approx(b["metrics"][k], abs=1e-9)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tasks_equal_cpu_lstm(tasks):
+    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
+    cpu = fit_batched(trains)
+    gpu = fit_batched(trains, device="cuda")
+    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
+        assert np.abs(a - b).max() < 1e-6
+    for i in range(len(trains)):
+        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < 1e-6

@@ -118,3 +118,14 @@ def test_chunk_of_a_per_user_config_runs_batched(monkeypatch):
     monkeypatch.setattr(pipeline, "evaluate_user", no_per_user_fallback)
     (out,) = runner.evaluate_chunk([12], cfg, CHECK)
     assert out.record["size"] == alone["size"] and out.record["metrics"] == alone["metrics"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tasks_equal_cpu_nn17(tasks):
+    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
+    cpu = fit_batched(trains)
+    gpu = fit_batched(trains, device="cuda")
+    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
+        assert np.nanmax(np.abs(a - b)) < 1e-6
+    for i in range(len(trains)):
+        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < 1e-6

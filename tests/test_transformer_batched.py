@@ -98,3 +98,28 @@ def test_run_batched_equals_per_user(tmp_path, monkeypatch):
         assert a["size"] == b["size"] and set(a) == set(b) and set(a["metrics"]) == set(b["metrics"])
         for k in a["metrics"]:
             assert a["metrics"][k] == pytest.approx(b["metrics"][k], abs=1e-4 if k == "AUC" else 1e-9)
+
+
+def test_diverged_task_sends_its_chunk_to_the_per_user_path(monkeypatch):
+    """A final loss that evaluates NaN: the per-user rule (check_diverged) decides, so the chunk runs per user."""
+    import runner
+
+    monkeypatch.setattr(transformer_batched.StackedTransformer, "eval_losses",
+                        lambda self, windows: np.full(len(windows), np.nan))
+    called = []
+    per_user = pipeline.evaluate_user
+    monkeypatch.setattr(pipeline, "evaluate_user", lambda *a: called.append(a[0]) or per_user(*a))
+    cfg = RunConfig(algo="Transformer", processes=1, quiet=True)
+    (out,) = runner.evaluate_chunk([12], cfg, CHECK)
+    assert called == [12] and out.record["size"] == 3055
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tasks_equal_cpu_transformer(tasks):
+    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
+    cpu = fit_batched(trains)
+    gpu = fit_batched(trains, device="cuda")
+    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
+        assert np.abs(a - b).max() < 1e-6
+    for i in range(len(trains)):
+        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < 1e-6
