@@ -1,22 +1,29 @@
-"""Many fine-tunes of the GRU family (GRU-P, GRU-P --short, GRU) trained together in one batched pass, on any
-torch device (docs/gpu.md).
+"""Many fine-tunes of a neural model trained together in one batched pass, on any torch device (docs/gpu.md): the
+shared parts, and the GRU family's (GRU-P, GRU-P --short, GRU) network. NN-17 (models/nn17_batched.py), the LSTM
+(models/lstm_batched.py) and the Transformer (models/transformer_batched.py) add their own stacked networks; the
+registry BATCHED names each model's class.
 
-Why: one user's fine-tune is ~10^3 optimizer steps of a network with 39 or 297 parameters: far too little work per
-step for a GPU. Stacking T independent tasks (task = one (user, fold) training set, each starting from the
+Why: one user's fine-tune is ~10^3 optimizer steps of a network with 39 to 8,869 parameters: far too little work
+per step for a GPU. Stacking T independent tasks (task = one (user, fold) training set, each starting from the
 pretrained weights) makes every kernel launch do T tasks' work.
 
-What it computes, per task, is `neural_seq.fit_cards` then `neural_seq.predict_cards` (tests/test_neural_batched.py
-holds them equal in float64):
+Shared: `StackedNet` (every parameter stacked [T, ...], the net's clip box, passes bounded in memory, prediction
+by card groups), `Padded` (card batches padded across tasks), `StackedAdamW` (per-task Adam/AdamW, masked tasks
+untouched), `fit_tasks` (fit_cards' recipe) and `fit_predict` (the runner's entry point).
+
+What fit_tasks computes, per task, is `neural_seq.fit_cards` then `neural_seq.predict_cards` (tests/
+test_neural_batched.py and test_nn17_batched.py hold them equal in float64):
 - the same schedule: the task's `CardSet` (targets with history ≤ max_seq_len), its own Generator seeded 2023, a
   torch.randperm card order per epoch, the same groups of whole cards of ≈ batch_size targets;
 - parameters stacked [T, ...]; at global step s every task that still has a group s contributes it: cards are padded
   across tasks (time-major [L, T, C, F]; each task's cards sorted longest first so step k runs only the first n_k
   card slots, like a packed sequence), targets padded with weight 0;
-- nn.GRU's recurrence (gates r, z, n) written with batched matmuls, gradients by autograd;
-- per-task AdamW with torch.optim.AdamW's update and CosineAnnealingLR's schedule (its own T_max = groups·epochs and
-  step count), elementwise on the stacked tensors; a task with no group left is masked: its weights and moments
-  stay exactly as they are;
+- the network's recurrence written with batched matmuls (GRU: gates r, z, n), gradients by autograd;
+- per-task AdamW (Adam for NN-17) with torch.optim.AdamW's update and CosineAnnealingLR's schedule (its own T_max =
+  groups·epochs and step count), elementwise on the stacked tensors, then the net's clip box; a task with no group
+  left is masked: its weights and moments stay exactly as they are;
 - Σ weight·BCE with torch's clamped BCE. Float64 by default: a GPU then gives the CPU's numbers up to rounding.
+  Before predicting, fit_predict rounds the weights to the net's float32, as the per-user path stores them.
 
 Tasks whose padded step would exceed `max_elems` state elements are split into several forward/backward passes
 within the same optimizer step (the update is the same; only memory is bounded).

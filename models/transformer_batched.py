@@ -143,7 +143,9 @@ class StackedTransformer(StackedNet):
     """T Transformers (transformer_torch.TransformerNet, parameters in transformer_kernels.PARAMS order)."""
 
     names = [n for n, _ in PARAMS]
-    cost_per_target = 64  # elements kept per target and (window position)² / position, forward and backward
+    # elements a pass keeps per target and (window² + window), forward and backward: ~6 attention maps [2, L, L]
+    # (scores, masked, softmax, dropout, weighted values) and ~40 values per position, rounded up
+    cost_per_target = 16
 
     def forward_windows(self, rows: Tensor, win: Windows) -> Tensor:
         """P(recall) [t, B] of the stacked windows (training mode when win.drop is set)."""
