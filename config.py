@@ -58,7 +58,7 @@ class RunConfig:
     scheduler: str | None = None  # with executor dask: tcp://host:8786; None starts a LocalCluster on loopback
     device: str = "cpu"  # cpu | cuda | cuda:N (docs/gpu.md); the result file name does not depend on it
     gpus: str | None = None  # "0,1" or "all": one worker per CUDA device, chunks of users go to the next free one
-    batch_users: int | None = None  # users fine-tuned together (GRU family); None: 64 on CUDA, 1 (per user) on CPU
+    batch_users: int | None = None  # users fine-tuned together (batched trainers); None: 64 on CUDA, 1 (per user) on CPU
 
     @property
     def on_cuda(self) -> bool:
@@ -220,16 +220,17 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="with --executor dask: the scheduler to connect to (tcp://host:8786); default: start a "
                         "LocalCluster of --processes single-threaded workers on 127.0.0.1")
     p.add_argument("--device", type=device_arg, default="cpu",
-                   help="cpu, cuda or cuda:N. On CUDA, GRU-P and GRU fine-tune --batch-users users' folds in one "
-                        "batched float64 pass on the device (same numbers as the CPU up to rounding, same result "
-                        "file name); NN-17, the Transformer and the LSTM, and any run with --partitions, --trainer "
+                   help="cpu, cuda or cuda:N. On CUDA, the neural models (GRU-P, GRU, NN-17, LSTM, Transformer) "
+                        "fine-tune --batch-users users' folds in one batched float64 pass on the device (same "
+                        "numbers as the CPU up to rounding, same result file name); the others, and any run with "
+                        "--partitions, --trainer "
                         "upstream or --dry, stay on the CPU's per-user path (a message says so). --processes does "
                         "not apply on CUDA: one process per device (docs/gpu.md)")
     p.add_argument("--gpus", default=argparse.SUPPRESS, metavar="IDS",
                    help="CUDA device indices, e.g. 0,1, or all: one worker process per device, each chunk of "
                         "--batch-users users goes to the next free one (implies CUDA)")
     p.add_argument("--batch-users", dest="batch_users", type=int, default=argparse.SUPPRESS, metavar="K",
-                   help="GRU-P/GRU: users whose fold fine-tunes are trained together in one batched pass "
+                   help="neural models: users whose fold fine-tunes are trained together in one batched pass "
                         "(models/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
                         "batched path with --processes workers taking chunks (default: 64 on CUDA, 1 on the CPU)")
     return p

@@ -46,7 +46,7 @@ def per_user_reason(cfg: RunConfig) -> str | None:
     from models import neural_batched
 
     if not neural_batched.supports(cfg.algo):
-        return f"{cfg.algo} has no batched trainer (GRU-P and GRU do)"
+        return f"{cfg.algo} has no batched trainer ({', '.join(neural_batched.BATCHED)} do)"
     for flag, on in (("--partitions", cfg.partitions != "none"),
                      (f"--trainer {cfg.trainer}", cfg.trainer != "fast"),
                      ("--dry", cfg.default), ("--executor dask", cfg.executor == "dask")):

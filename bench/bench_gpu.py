@@ -1,4 +1,5 @@
-"""Users per second of the batched GRU-family path (`--batch-users K`, models/neural_batched.py) vs the per-user path.
+"""Users per second of the batched neural path (`--batch-users K`, models/neural_batched.py: GRU-P, GRU, NN-17, LSTM,
+Transformer) vs the per-user path.
 
     python -m bench.bench_gpu --models GRU-P,GRU --users 16 --reviews 10000 --device cpu --batch-users 4,16
     python -m bench.bench_gpu --device cuda --users 256 --batch-users 16,64,256        # on a GPU machine
@@ -52,7 +53,8 @@ def timed(fn) -> tuple[float, dict[int, float]]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--models", default="GRU-P,GRU", help="comma-separated: GRU-P, GRU")
+    ap.add_argument("--models", default="GRU-P,GRU,NN-17,LSTM,Transformer",
+                    help="comma-separated, of the models with a batched trainer: GRU-P, GRU, NN-17, LSTM, Transformer")
     add_user_set_args(ap, users=8, reviews=10_000)
     ap.add_argument("--device", default="cpu", help="device of the batched path: cpu, cuda, cuda:N")
     ap.add_argument("--batch-users", default="4,8", help="comma-separated chunk sizes K to time")
