@@ -19,9 +19,17 @@ keep the better of the initial and final weights only: side by side with upstrea
 36 simulated users (sizes equal), mean Log Loss HLR-short 0.5068 vs 0.5056 (worse on 21 users), HLR 0.3796 vs
 0.3795; now both equal upstream on every user to 1e-6 (0.5056, 0.3795). With the rows in time order instead
 HLR-short is 0.5059 (per user up to ±0.0045): the permutation matters. Cost: upstream's batches rarely hold two
-targets of one card, so each target replays its card's counts ("length-shared" merges the few that do), and every
-epoch ends with a full-set loss pass: the last-fold fit of a 7.4k-review user takes 10.1 ms instead of 5.1 (best of
-5, CPU); whole runs of the 36 users stayed at ~3 s of CPU. The upstream-style trainer
+targets of one card, so with the counts as a recurrent state each target replayed its card from the first review,
+which doubled the fit (whole runs of the 36 users 2.75 / 3.09 s of CPU, 20× / 19× upstream's). The counts depend on
+the data alone, so they are now computed once per fit (`target_inputs`) and a target costs one curve and one BCE:
+last-fold fit (CPU, best of 11-15, paired with the replaying version; with seq_engine's cheaper batch set-up)
+4.0 → 1.5 ms on a simulated user of 7.3k reviews,
+8.1 → 2.7 ms on one of 14k, 34 → 11 ms on one of 45k; weights, predictions and result lines bit-identical. Whole
+runs: HLR 2.53 s vs upstream's 61.18 (24×), HLR-short 2.32 vs 60.18 (26×), Log Loss equal. About half of what a fit
+still costs is upstream's checkpoint rule: the full-set loss before every epoch and after the last (6 passes, each
+as dear per target as a gradient pass). The batching stays "length-shared" (a card's targets within one batch summed
+together, card order): the gradient's summation order, hence every bit of the result, is the one it had when the
+items replayed cards. The upstream-style trainer
 (`--trainer upstream`, torch) keeps the time order; `--trainer autograd` keeps the engine's whole-card batches.
 On the upstream-check users upstream's own code run here gives 0.298717 / 0.155615, which the fast trainer now
 reproduces; the published reference (0.306259 / 0.155947) came from another machine (numpy with AVX-512 sorts
