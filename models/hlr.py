@@ -23,8 +23,8 @@ targets of one card, so with the counts as a recurrent state each target replaye
 which doubled the fit (whole runs of the 36 users 2.75 / 3.09 s of CPU, 20× / 19× upstream's). The counts depend on
 the data alone, so they are now computed once per fit (`target_inputs`) and a target costs one curve and one BCE:
 last-fold fit (CPU, best of 11-15, paired with the replaying version; with seq_engine's cheaper batch set-up)
-4.0 → 1.5 ms on a simulated user of 7.3k reviews,
-8.1 → 2.7 ms on one of 14k, 34 → 11 ms on one of 45k; weights, predictions and result lines bit-identical. Whole
+4.0 → 1.5 ms on a simulated user of 7.3k reviews, 8.1 → 2.7 ms on one of 14k, 34 → 11 ms on one of 45k; weights,
+predictions and result lines bit-identical. Whole
 runs: HLR 2.53 s vs upstream's 61.18 (24×), HLR-short 2.32 vs 60.18 (26×), Log Loss equal. About half of what a fit
 still costs is upstream's checkpoint rule: the full-set loss before every epoch and after the last (6 passes, each
 as dear per target as a gradient pass). The batching stays "length-shared" (a card's targets within one batch summed
