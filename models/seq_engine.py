@@ -27,6 +27,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -231,6 +232,18 @@ def argsort(key: np.ndarray, sort_kind: str) -> np.ndarray:
     return np.argsort(key, kind=sort_kind)
 
 
+@lru_cache(maxsize=256)
+def batch_permutations(n_batches: int, n_epoch: int) -> tuple[np.ndarray, ...]:
+    """The batch order of each epoch: torch.randperm(n_batches) drawn n_epoch times from one generator seeded 2023
+    (training.py's order). It depends on the two numbers alone, so it is drawn once per process for each: seeding
+    the generator cost ~0.5 ms per fit, a quarter of a small HLR fit. Read-only arrays (shared)."""
+    generator = TorchGenerator(SHUFFLE_SEED)
+    perms = tuple(generator.randperm(n_batches) for _ in range(n_epoch))
+    for perm in perms:
+        perm.flags.writeable = False
+    return perms
+
+
 def fit_prior(w0: np.ndarray, w_init, sigma, grad_mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(1/σ², centre, gradient mask) of a fit's L2 prior Σ((w − centre)/σ)²: none when sigma is None (1/σ² = 0,
     centre w0); the mask zeros the gradient of frozen parameters (all ones when grad_mask is None)."""
@@ -271,8 +284,7 @@ def share_card_prefixes(targets: np.ndarray, chunk: np.ndarray, cards: "Cards") 
 
     targets: the targets in upstream's order; chunk: the batch of each (non-decreasing). Returns the items, batch
     by batch (targets ascending within each), and each batch's first item (len = batches + 1)."""
-    order = np.argsort(chunk * len(cards.t_pos) + targets, kind="stable")
-    t_s, b_s = targets[order], chunk[order]
+    t_s, b_s = _by_chunk_then_target(targets, chunk, len(cards.t_pos))
     card_of = cards.card_of()
     new = np.ones(len(t_s), dtype=bool)
     new[1:] = (b_s[1:] != b_s[:-1]) | (t_s[1:] != t_s[:-1] + 1) | (card_of[t_s[1:]] != card_of[t_s[:-1]])
@@ -281,6 +293,22 @@ def share_card_prefixes(targets: np.ndarray, chunk: np.ndarray, cards: "Cards") 
     items = np.stack([card_of[t_s[first]], t_s[first], t_s[last] + 1, cards.t_pos[t_s[last]]], axis=1)
     n_chunks = int(chunk[-1]) + 1 if len(chunk) else 0
     return items.astype(np.int64), np.searchsorted(b_s[first], np.arange(n_chunks + 1)).astype(np.int64)
+
+
+def _by_chunk_then_target(targets: np.ndarray, chunk: np.ndarray, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
+    """(targets, chunk) reordered by chunk, then target: np.argsort(chunk·n + targets, kind="stable") applied to both.
+    When `targets` is every target once (upstream's batches always are), the same order in linear time: each
+    target's chunk scattered to its slot, then a stable sort of those chunk numbers, which numpy does by radix
+    sort for 16-bit keys (0.2 instead of 0.85 ms for 25k targets; HLR's fit spent a tenth of its time here)."""
+    n_chunks = int(chunk[-1]) + 1 if len(chunk) else 0
+    if len(targets) == n_targets and n_chunks <= 1 << 16:
+        chunk_of = np.full(n_targets, -1, dtype=np.int64)
+        chunk_of[targets] = chunk
+        if n_targets == 0 or chunk_of.min() >= 0:  # n writes filled n slots: a permutation
+            t_s = np.argsort(chunk_of.astype(np.uint16), kind="stable")
+            return t_s, chunk_of[t_s]
+    order = np.argsort(chunk * n_targets + targets, kind="stable")
+    return targets[order], chunk[order]
 
 
 class SeqEngine:
@@ -418,12 +446,10 @@ class SeqEngine:
             card_of = cards.card_of()
             items = np.stack([card_of[targets], targets, targets + 1, cards.t_pos[targets]], axis=1).astype(np.int64)
             first = np.minimum(np.arange(n_b + 1) * batch_size, len(targets))
-        generator = TorchGenerator(SHUFFLE_SEED)
         orders = np.empty((n_epoch, len(items)), dtype=np.int64)
         bounds = np.zeros((n_epoch, n_b + 1), dtype=np.int64)
         sizes = np.diff(first)
-        for e in range(n_epoch):
-            perm = generator.randperm(n_b)
+        for e, perm in enumerate(batch_permutations(n_b, n_epoch)):
             # the batches' item ranges first[k]..first[k+1]−1 one after another in the order perm draws them
             bounds[e, 1:] = np.cumsum(sizes[perm])
             orders[e] = np.arange(len(items)) + np.repeat(first[perm] - bounds[e, :-1], sizes[perm])

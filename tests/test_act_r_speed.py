@@ -121,3 +121,36 @@ def test_exp_table_entries_are_the_nearest_doubles_to_two_to_the_i_over_128():
         ctx.prec = 50
         expected = [float((Decimal(2).ln() * i / 128).exp()) for i in range(128)]
     assert _EXP2_TABLE_BITS.view(np.float64).tolist() == expected
+
+
+def test_shared_items_by_chunk_then_target_as_the_lexsort():
+    """share_card_prefixes' ordering (seq_engine._by_chunk_then_target: a scatter and a 16-bit radix sort when the
+    targets are all of them once) against np.lexsort((targets, chunk)): a permutation cut into batches of 7, an
+    empty one, and a subset with a repeated target (where it falls back to the sort)."""
+    from models.seq_engine import _by_chunk_then_target
+
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 50, 3001):
+        targets = rng.permutation(n)
+        chunk = np.arange(n) // 7
+        order = np.lexsort((targets, chunk))
+        t_s, b_s = _by_chunk_then_target(targets, chunk, n)
+        np.testing.assert_array_equal(t_s, targets[order])
+        np.testing.assert_array_equal(b_s, chunk[order])
+    targets, chunk = np.array([5, 3, 5, 0]), np.array([0, 0, 1, 1])
+    t_s, b_s = _by_chunk_then_target(targets, chunk, 6)
+    np.testing.assert_array_equal(t_s, [3, 5, 0, 5])
+    np.testing.assert_array_equal(b_s, [0, 0, 1, 1])
+
+
+def test_batch_permutations_are_torch_randperms_of_one_generator():
+    """seq_engine.batch_permutations (cached per size) draws what one torch generator seeded 2023 draws."""
+    from models.seq_engine import batch_permutations
+
+    g = torch.Generator().manual_seed(2023)
+    expected = [torch.randperm(13, generator=g).numpy() for _ in range(4)]
+    for _ in range(2):  # the second call is the cached tuple
+        got = batch_permutations(13, 4)
+        assert len(got) == 4
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)

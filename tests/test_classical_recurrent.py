@@ -264,3 +264,25 @@ def test_rows_run_on_embedded_data(tmp_path):
         (line,), _ = read_results(tmp_path / f"{cfg.name}.jsonl")
         assert 0 < line["metrics"]["LogLoss"] < 1
         assert models_class(algo)(cfg).n_params == expected[cfg.name]
+
+
+# ----------------------------------------------------------------------------------------------- HLR's inputs
+
+def test_hlr_target_inputs_are_the_counts_of_every_previous_review(user12):
+    """The fast engine's per-target inputs (√successes, √failures, elapsed time; computed once per fit) against the
+    vectorised prefix sums the upstream-style trainer uses (count_features), row by row, on a real user."""
+    cards = HLR(RunConfig(algo="HLR")).engine.cards(user12)
+    t_in = cards.t_dt
+    np.testing.assert_array_equal(t_in[:, :2], count_features(user12)[cards.t_row])
+    np.testing.assert_array_equal(t_in[:, 2], user12.rows["delta_t"].to_numpy(np.float64)[cards.t_row])
+
+
+def test_hlr_target_inputs_by_hand_with_lengths_out_of_order():
+    """One card Good, Again, Easy, Hard, Again: targets after 4, 2 and 5 reviews (the running count restarts when a
+    length goes down)."""
+    from models.hlr import target_inputs
+
+    t_in = target_inputs(np.zeros(5), np.array([3, 1, 4, 2, 1]), np.array([0]), np.array([0]), np.array([3]),
+                         np.array([4, 2, 5]), np.array([7.0, 1.5, 30.0]))
+    expected = [[math.sqrt(3), 1.0, 7.0], [1.0, 1.0, 1.5], [math.sqrt(3), math.sqrt(2), 30.0]]
+    np.testing.assert_array_equal(t_in, np.array(expected))
