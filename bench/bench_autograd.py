@@ -14,7 +14,8 @@ Trainers per model ("traced": the compiled engine on the plug-in models/traced.p
 functions, no hand-written gradient; its one-off numba compile is done by the warm-up, outside the timings):
 - FSRS-5, HLR: `--trainer autograd` (models/autograd_engine.py on the module's torch_init/step/curve), `--trainer
   upstream` (training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
-  default compiled engine (hand-written numba VJPs).
+  default compiled engine (hand-written numba gradients: FSRS-5's step VJPs, HLR's per-card loss with its counts
+  computed once per fit).
 - FSRS-6: its torch recurrence (models/fsrs6_torch.py TorchSteps) on the autograd engine, models/fsrs6.py
   with `--trainer upstream`, and FSRS-6's compiled engine plug-in (models/fsrs6_kernels.py).
 - SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation),
