@@ -101,8 +101,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from models.kernel_math import bce, lockstep_plan
-from models.vec_math import exp32, exp_bounded
+from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
+from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
 
 H = 20
 G4 = 4 * H  # gates i, f, g, o
@@ -419,16 +419,149 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
         g_bih[j] += gb[j]
 
 
-# ----------------------------------------------------------------------------------------------- one chunk of cards
+# ----------------------------------------------------------------------------------------------- the heads
 
-N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+@njit(cache=True, error_model="numpy")
+def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw):
+    """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
+    target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
+    returns Σ weight·BCE (summed in t's order) and keeps in hw [N_HEAD, T] what heads_backward needs.
+
+    Why batched: per target these are 9 logits, a softmax, 6 clamped exp, 3 log, 3 exp and the BCE's log; in one
+    scalar loop per target the libm calls and their data-dependent chains cost ≈ 17% of a pass. Here each kind of
+    transcendental runs over one flat array of all the targets' arguments (vec_math's exp_vec and log_vec: several
+    values per instruction, within 1 ulp of libm), the cheap arithmetic between them in plain loops. The logits are
+    summed exactly as before (the products in the network's dtype, each of the nine sums in float64 in input
+    order); only the exp's and log's last bits differ from libm's (P(recall) within ~1e−16 relative)."""
+    n_t = len(tr)
+    z_, a_, e_, b_, l_, pc_ = hw[0:9], hw[9:18], hw[18:27], hw[27:30], hw[30:33], hw[33:36]
+    pr, la_in, la, tt = hw[36], hw[38], hw[39], hw[40]
+    nz = 3 * N_CURVES
+    # the heads' weights as one [H, 9] matrix (columns: the w, s, d logits of the 3 curves), so that a target's
+    # nine logits are nine independent sums in one pass over its row (each in the order of a plain dot product)
+    wh = np.empty((H, nz), v.dtype)
+    bh = np.empty(nz)
+    for k in range(N_CURVES):
+        bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
+        for i in range(H):
+            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
+    z = np.empty(nz)
+    for t in range(n_t):
+        r = tr[t]
+        for k in range(nz):
+            z[k] = bh[k]
+        for i in range(H):
+            vi = v[r, i]
+            for k in range(nz):
+                z[k] += wh[i, k] * vi
+        zmax = max(z[0], max(z[1], z[2]))
+        for k in range(N_CURVES):  # the exp arguments: softmax shifted by its max, s and d clamped to ±25
+            z_[k, t], z_[N_CURVES + k, t], z_[2 * N_CURVES + k, t] = z[k], z[N_CURVES + k], z[2 * N_CURVES + k]
+            a_[k, t] = z[k] - zmax
+            a_[N_CURVES + k, t] = min(max(z[N_CURVES + k], -25.0), 25.0)
+            a_[2 * N_CURVES + k, t] = min(max(z[2 * N_CURVES + k], -25.0), 25.0)
+        tt[t] = t_dt[tj[t]]
+    exp_vec(flat(a_), flat(e_))  # rows: e^(z_w − max) (then w, below), s, d
+    for t in range(n_t):
+        tot = 0.0
+        for k in range(N_CURVES):
+            tot += e_[k, t]
+        for k in range(N_CURVES):
+            e_[k, t] /= tot
+            b_[k, t] = 1.0 + tt[t] / (1e-7 + e_[N_CURVES + k, t])
+    log_vec(flat(b_), flat(l_))
+    a3 = a_[0:N_CURVES]
+    for t in range(n_t):
+        for k in range(N_CURVES):
+            a3[k, t] = -e_[2 * N_CURVES + k, t] * l_[k, t]
+    exp_vec(flat(a3), flat(pc_))  # base^(−d) as e^(−d·ln base) (the log serves dp/dd too)
+    for t in range(n_t):
+        p = 0.0
+        for k in range(N_CURVES):
+            p += e_[k, t] * pc_[k, t]
+        p *= 1.0 - 1e-7
+        pr[t] = p
+        p_out[tj[t]] = p
+        la_in[t] = p if t_y[tj[t]] > 0.5 else 1.0 - p  # the BCE's log: ln p or ln(1 − p) (for libm's log1p(−p))
+    log_vec(la_in, la)
+    gp = hw[37]
+    loss = 0.0
+    for t in range(n_t):  # kernel_math.bce's clamps, with the logarithm computed above
+        jt = tj[t]
+        p, y, wt = pr[t], t_y[jt], t_w[jt]
+        loss += -wt * max(la[t], BCE_LOG_FLOOR) if la_in[t] > 0.0 else -wt * BCE_LOG_FLOOR
+        gp[t] = wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS) * (1.0 - 1e-7)
+    return loss
 
 
 @njit(cache=True, error_model="numpy")
-def workspace(n, dt):
-    """Work arrays of dtype dt for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
+def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
+    """Reverse of heads_forward: dL/d(logits) per target as flat arrays, then the heads' weight gradients as one
+    product gzᵀ·v [9, T]·[T, H] and dL/dv = gz·W [T, 9]·[9, H] (float64 BLAS; vg [≥ T·H] holds v's rows as float64),
+    each added once per chunk (not per target) into the gradient and gv (zeroed here; gv: the read rows)."""
+    n_t = len(tr)
+    z_, e_, b_, l_, pc_, gp, tt = hw[0:9], hw[18:27], hw[27:30], hw[30:33], hw[33:36], hw[37], hw[40]
+    gz = hw[9:18]  # the exp arguments are spent: dL/d(logits) [9, T]
+    nc = N_CURVES
+    for t in range(n_t):
+        g = gp[t]
+        dot = 0.0
+        for k in range(nc):
+            dot += e_[k, t] * pc_[k, t]
+        for k in range(nc):
+            w, s, d, pc = e_[k, t], e_[nc + k, t], e_[2 * nc + k, t], pc_[k, t]
+            gz[k, t] = g * w * (pc - dot)  # softmax's reverse
+            # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
+            gs = g * w * d * pc / b_[k, t] * tt[t] / (1e-7 + s) ** 2
+            gz[nc + k, t] = gs * s if -25.0 <= z_[nc + k, t] <= 25.0 else 0.0
+            gd = -g * w * pc * l_[k, t]
+            gz[2 * nc + k, t] = gd * d if -25.0 <= z_[2 * nc + k, t] <= 25.0 else 0.0
+    v64 = vg[:n_t * H].reshape((n_t, H))
+    for t in range(n_t):
+        r = tr[t]
+        for i in range(H):
+            v64[t, i] = v[r, i]
+    gw = np.dot(gz, v64)  # [9, H]
+    wh = np.empty((3 * nc, H))
+    for k in range(nc):
+        for i in range(H):
+            wh[k, i], wh[nc + k, i], wh[2 * nc + k, i] = w_w[k, i], s_w[k, i], d_w[k, i]
+    gv64 = np.dot(gz.T, wh)  # [T, H]
+    for k in range(nc):
+        sw = ss = sd = 0.0
+        for t in range(n_t):
+            sw += gz[k, t]
+            ss += gz[nc + k, t]
+            sd += gz[2 * nc + k, t]
+        g_w_b[k] += sw
+        g_s_b[k] += ss
+        g_d_b[k] += sd
+        for i in range(H):
+            g_w_w[k, i] += gw[k, i]
+            g_s_w[k, i] += gw[nc + k, i]
+            g_d_w[k, i] += gw[2 * nc + k, i]
+    for r in range(gv.shape[0]):
+        for i in range(H):
+            gv[r, i] = 0.0
+    for t in range(n_t):
+        r = tr[t]
+        for i in range(H):
+            gv[r, i] += gv64[t, i]
+
+
+# ----------------------------------------------------------------------------------------------- one chunk of cards
+
+N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward names them)
+
+
+@njit(cache=True, error_model="numpy")
+def workspace(n, dt, n_t=1):
+    """Work arrays of dtype dt for chunks of up to n rows and n_t targets: ([N_W20, n, H], [N_W80, n, 4H],
+    [N_W1, n], [n, N_IN], the heads' float64 [N_HEAD·n_t] (reshaped per chunk, so that its rows are contiguous
+    for flat loops) and float64 [n_t·H] (heads_backward's [T, H]))."""
     return (np.empty((N_W20, n, H), dt), np.empty((N_W80, n, G4), dt), np.empty((N_W1, n), dt),
-            np.empty((n, N_IN), dt))
+            np.empty((n, N_IN), dt), np.empty(N_HEAD * n_t), np.empty(n_t * H))
 
 
 def chunk_grad(grad, th):
@@ -526,7 +659,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         c = cards[rank[q]]
         for k in range(c_steps[c]):
             src[off[k] + q] = c_start[c] + k
-    w20, w80, w1, wx = ws
+    w20, w80, w1, wx = ws[0], ws[1], ws[2], ws[3]
     (a1, s1, sg1, n1, xh1, a2, v0, sg2, u1, xhu1, h1, c1, tc1, v1, u2, xhu2, h2, c2, tc2, v2, m0, xhm0, m1, m2,
      sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         w20[0, :n], w20[1, :n], w20[2, :n], w20[3, :n], w20[4, :n], w20[5, :n], w20[6, :n], w20[7, :n], w20[8, :n],
@@ -582,87 +715,25 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     layer_norm(v3, out_ln, out_ln, False, f0, xhf0, rsf0)
     linear(f0, out_w, out_b, f1)
     silu(f1, v, sgf1)
-    # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c)
-    if want:
-        for r in range(m):
-            for i in range(H):
-                gv[r, i] = 0.0
+    # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c), all of the chunk's targets at once
+    n_t = 0
+    for q in range(len(cards)):
+        n_t += c_count[cards[rank[q]]]
+    tr, tj = np.empty(n_t, dtype=np.int64), np.empty(n_t, dtype=np.int64)
+    i = 0
+    for q in range(len(cards)):  # the targets in the order their losses are summed (card rank, then target)
+        c = cards[rank[q]]
+        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
+            tr[i], tj[i] = ri[off[t_pos[jt] - 1] + q], jt  # the state after the target's history (its read row)
+            i += 1
+    hw = ws[4][:N_HEAD * n_t].reshape((N_HEAD, n_t))
+    loss = heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw)
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
      g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
-    # the heads' weights as one [H, 9] matrix (columns: the w, s, d logits of the 3 curves), so that a target's
-    # nine logits are nine independent sums in one pass over its row (each in the order of a plain dot product)
-    nz = 3 * N_CURVES
-    wh = np.empty((H, nz), th.dtype)
-    bh = np.empty(nz)
-    for k in range(N_CURVES):
-        bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
-        for i in range(H):
-            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
-    z = np.empty(nz)
-    gz = np.empty(nz)  # dL/d(logits)
-    w = np.empty(N_CURVES)
-    pc = np.empty(N_CURVES)
-    es = np.empty(N_CURVES)  # s_c, d_c, 1 + t/(1e−7 + s_c) and its log, kept for the reverse pass
-    ed = np.empty(N_CURVES)
-    base = np.empty(N_CURVES)
-    lb = np.empty(N_CURVES)
-    loss = 0.0
-    for q in range(len(cards)):
-        c = cards[rank[q]]
-        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
-            r = ri[off[t_pos[jt] - 1] + q]  # the state after the target's history (its read row)
-            t = t_dt[jt]
-            for k in range(nz):
-                z[k] = bh[k]
-            for i in range(H):
-                vi = v[r, i]
-                for k in range(nz):
-                    z[k] += wh[i, k] * vi
-            zmax = max(z[0], max(z[1], z[2]))
-            tot = 0.0
-            for k in range(N_CURVES):
-                w[k] = math.exp(z[k] - zmax)
-                tot += w[k]
-            p = 0.0
-            for k in range(N_CURVES):
-                w[k] /= tot
-                es[k] = math.exp(min(max(z[N_CURVES + k], -25.0), 25.0))
-                ed[k] = math.exp(min(max(z[2 * N_CURVES + k], -25.0), 25.0))
-                base[k] = 1.0 + t / (1e-7 + es[k])
-                lb[k] = math.log(base[k])
-                pc[k] = math.exp(-ed[k] * lb[k])  # base^(−d) (one exp for libm's pow; the log serves dp/dd too)
-                p += w[k] * pc[k]
-            p *= 1.0 - 1e-7
-            p_out[jt] = p
-            lo, gp = bce(p, t_y[jt], t_w[jt])
-            loss += lo
-            if want:
-                gp *= 1.0 - 1e-7
-                dot = 0.0
-                for k in range(N_CURVES):
-                    dot += w[k] * pc[k]
-                for k in range(N_CURVES):
-                    s, d = es[k], ed[k]
-                    gz[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
-                    # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
-                    gs = gp * w[k] * d * pc[k] / base[k] * t / (1e-7 + s) ** 2
-                    gz[N_CURVES + k] = gs * s if -25.0 <= z[N_CURVES + k] <= 25.0 else 0.0
-                    gd = -gp * w[k] * pc[k] * lb[k]
-                    gz[2 * N_CURVES + k] = gd * d if -25.0 <= z[2 * N_CURVES + k] <= 25.0 else 0.0
-                    g_w_b[k] += gz[k]
-                    g_s_b[k] += gz[N_CURVES + k]
-                    g_d_b[k] += gz[2 * N_CURVES + k]
-                for i in range(H):
-                    vi = v[r, i]
-                    for k in range(N_CURVES):
-                        gzw, gzs, gzd = gz[k], gz[N_CURVES + k], gz[2 * N_CURVES + k]
-                        g_w_w[k, i] += gzw * vi
-                        g_s_w[k, i] += gzs * vi
-                        g_d_w[k, i] += gzd * vi
-                        gv[r, i] += gzw * w_w[k, i] + gzs * s_w[k, i] + gzd * d_w[k, i]
     if not want:
         return loss
+    heads_backward(v, tr, w_w, s_w, d_w, hw, ws[5], gv[:m], g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b)
     # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
     # every row from dL/dv2 on)
     gv, gb1, gb2 = gv[:m], gb1[:m], gb2[:m]
@@ -710,18 +781,20 @@ def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     bounds = np.empty(len(cards) + 1, dtype=np.int64)
     nb = 0
     acc = 0
-    n_max = 1
+    n_max = t_max = acc_t = 1
+    c_count = layout[4]
     for k in range(len(cards)):
         acc += c_steps[cards[k]]
+        acc_t += c_count[cards[k]]
         if acc >= CHUNK_STEPS or k == len(cards) - 1:
             nb += 1
             bounds[nb] = k + 1
-            n_max = max(n_max, acc)
-            acc = 0
+            n_max, t_max = max(n_max, acc), max(t_max, acc_t)
+            acc = acc_t = 0
     bounds[0] = 0
     th = np.empty(len(theta), dtype=np.asarray(model[4]).dtype)  # the network's weights in its dtype
     th[:] = theta
-    ws = workspace(n_max, th.dtype)
+    ws = workspace(n_max, th.dtype, t_max)
     g = grad if want else np.zeros(N_PARAMS)  # unused without `want`: chunk_loss's views need a full vector
     gc = chunk_grad(g, th)
     loss = 0.0
