@@ -430,7 +430,7 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
 # ----------------------------------------------------------------------------------------------- the heads
 
 @njit(cache=True, error_model="numpy")
-def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw):
+def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
     """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
     target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
     returns Σ weight·BCE (summed in t's order) and keeps in hw [N_HEAD, T] what heads_backward needs.
@@ -439,35 +439,39 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     scalar loop per target the libm calls and their data-dependent chains cost ≈ 17% of a pass. Here each kind of
     transcendental runs over one flat array of all the targets' arguments (vec_math's exp_vec and log_vec: several
     values per instruction, within 1 ulp of libm), the cheap arithmetic between them in plain loops. The logits are
-    summed exactly as before (the products in the network's dtype, each of the nine sums in float64 in input
-    order); only the exp's and log's last bits differ from libm's (P(recall) within ~1e−16 relative)."""
+    summed exactly as in a per-target loop (the products in the network's dtype, each of the nine sums in float64
+    in input order), but with the targets innermost over the read rows gathered feature-major, so the loops
+    vectorise (63 → 31 ns per target, same bits); only the exp's and log's last bits differ from libm's (P(recall)
+    within ~1e−16 relative). Measured on a 450-target chunk: forward ≈ 90–120 ns per target, backward ≈ 75."""
     n_t = len(tr)
     z_, a_, e_, b_, l_, pc_ = hw[0:9], hw[9:18], hw[18:27], hw[27:30], hw[30:33], hw[33:36]
     pr, la_in, la, tt = hw[36], hw[38], hw[39], hw[40]
     nz = 3 * N_CURVES
-    # the heads' weights as one [H, 9] matrix (columns: the w, s, d logits of the 3 curves), so that a target's
-    # nine logits are nine independent sums in one pass over its row (each in the order of a plain dot product)
-    wh = np.empty((H, nz), v.dtype)
+    wh = np.empty((H, nz), v.dtype)  # the heads' weights as one [H, 9] matrix (columns: w, s, d of the 3 curves)
     bh = np.empty(nz)
     for k in range(N_CURVES):
         bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
         for i in range(H):
             wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
-    z = np.empty(nz)
+    vt = vtb[:H * n_t].reshape((H, n_t))  # the read rows feature-major, so the logits' loops run over targets
     for t in range(n_t):
         r = tr[t]
-        for k in range(nz):
-            z[k] = bh[k]
         for i in range(H):
-            vi = v[r, i]
-            for k in range(nz):
-                z[k] += wh[i, k] * vi
-        zmax = max(z[0], max(z[1], z[2]))
+            vt[i, t] = v[r, i]
+    for k in range(nz):  # z_k = b_k + Σ_i w_ik·v_i, each target's sum in input order as one scalar dot product
+        zk, b = z_[k], bh[k]
+        for t in range(n_t):
+            zk[t] = b
+        for i in range(H):
+            w, vi = wh[i, k], vt[i]
+            for t in range(n_t):
+                zk[t] += w * vi[t]
+    for t in range(n_t):
+        zmax = max(z_[0, t], max(z_[1, t], z_[2, t]))
         for k in range(N_CURVES):  # the exp arguments: softmax shifted by its max, s and d clamped to ±25
-            z_[k, t], z_[N_CURVES + k, t], z_[2 * N_CURVES + k, t] = z[k], z[N_CURVES + k], z[2 * N_CURVES + k]
-            a_[k, t] = z[k] - zmax
-            a_[N_CURVES + k, t] = min(max(z[N_CURVES + k], -25.0), 25.0)
-            a_[2 * N_CURVES + k, t] = min(max(z[2 * N_CURVES + k], -25.0), 25.0)
+            a_[k, t] = z_[k, t] - zmax
+            a_[N_CURVES + k, t] = min(max(z_[N_CURVES + k, t], -25.0), 25.0)
+            a_[2 * N_CURVES + k, t] = min(max(z_[2 * N_CURVES + k, t], -25.0), 25.0)
         tt[t] = t_dt[tj[t]]
     exp_vec(flat(a_), flat(e_))  # rows: e^(z_w − max) (then w, below), s, d
     for t in range(n_t):
@@ -567,9 +571,9 @@ N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward n
 def workspace(n, dt, n_t=1):
     """Work arrays of dtype dt for chunks of up to n rows and n_t targets: ([N_W20, n, H], [N_W80, n, 4H],
     [N_W1, n], [n, N_IN], the heads' float64 [N_HEAD·n_t] (reshaped per chunk, so that its rows are contiguous
-    for flat loops) and float64 [n_t·H] (heads_backward's [T, H]))."""
+    for flat loops), float64 [n_t·H] (heads_backward's [T, H]) and [n_t·H] of dt (heads_forward's [H, T]))."""
     return (np.empty((N_W20, n, H), dt), np.empty((N_W80, n, G4), dt), np.empty((N_W1, n), dt),
-            np.empty((n, N_IN), dt), np.empty(N_HEAD * n_t), np.empty(n_t * H))
+            np.empty((n, N_IN), dt), np.empty(N_HEAD * n_t), np.empty(n_t * H), np.empty(n_t * H, dt))
 
 
 def chunk_grad(grad, th):
@@ -735,7 +739,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
             tr[i], tj[i] = ri[off[t_pos[jt] - 1] + q], jt  # the state after the target's history (its read row)
             i += 1
     hw = ws[4][:N_HEAD * n_t].reshape((N_HEAD, n_t))
-    loss = heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw)
+    loss = heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, ws[6])
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
      g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
