@@ -57,6 +57,22 @@ recurrence and the weight gradients (faster alone at few cards, no faster in pla
 faster; 128: 1.17× slower); column sums of the reverse linears into a fresh array (0.996×); the cells' tanh over a
 step's rows flat (0.999×).
 
+The heads batched per chunk (`heads_forward`, `heads_backward`; 2026-11-24): the per-target scalar heads above were
+rewritten over all of a chunk's targets at once, the transcendentals over flat arrays (vec_math.exp_vec and the
+new log_vec, both within 1 ulp of libm, so P(recall) moves by ≤ 3e−16), the logits with the targets innermost
+(same bits), the reverse as two float64 products; and lstm_backward's two weight gradients as one product
+dgᵀ·[h_prev | u]. Paired in one process (old and new kernels alternated 40 times, float32, one thread, the
+fine-tune's groups of sim36 users 19, 10, 27 and 5; CPU time): 1.115× per pass (heads 1.07×, fused weight
+gradients 1.03–1.04×, logits 1.01×); the heads now ≈ 90–120 ns per target forward and ≈ 75 backward (was ≈ 17% of
+a pass, now ≈ 5%). Where a pass goes now (perf, samples attributed to the compiled functions by address; user 19,
+float32, one core): BLAS ≈ 42% (sgemm's kernel 26%, its packing copies 15%), lstm_forward's gates and cells 16%
+(the gates ≈ 1.6 ns per activation: exp32 and a division, vectorised; a flat loop over a step's whole block is
+≈ 1.3, compute-bound without FMA), layer_norm_back 7%, layer_norm 6%, lstm_backward 8%, the heads 5%, SiLU and
+its reverse 5%, the per-chunk set-up 2%. Tried and not kept: the biases folded into the gate activations (same
+bits, 1.0×); layer_norm_back's and linear_back's column sums into arrays of their own (same bits in float32,
+1.00–1.01× in place though 1.15× for the call alone); the transposed weights made C-contiguous for the forward
+products (other sgemm packing, P(recall) moved 1e−8, 1.00×).
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
