@@ -57,6 +57,22 @@ recurrence and the weight gradients (faster alone at few cards, no faster in pla
 faster; 128: 1.17× slower); column sums of the reverse linears into a fresh array (0.996×); the cells' tanh over a
 step's rows flat (0.999×).
 
+The heads batched per chunk (`heads_forward`, `heads_backward`; 2026-11-24): the per-target scalar heads above were
+rewritten over all of a chunk's targets at once, the transcendentals over flat arrays (vec_math.exp_vec and the
+new log_vec, both within 1 ulp of libm, so P(recall) moves by ≤ 3e−16), the logits with the targets innermost
+(same bits), the reverse as two float64 products; and lstm_backward's two weight gradients as one product
+dgᵀ·[h_prev | u]. Paired in one process (old and new kernels alternated 40 times, float32, one thread, the
+fine-tune's groups of sim36 users 19, 10, 27 and 5; CPU time): 1.115× per pass (heads 1.07×, fused weight
+gradients 1.03–1.04×, logits 1.01×); the heads now ≈ 90–120 ns per target forward and ≈ 75 backward (was ≈ 17% of
+a pass, now ≈ 5%). Where a pass goes now (perf, samples attributed to the compiled functions by address; user 19,
+float32, one core): BLAS ≈ 42% (sgemm's kernel 26%, its packing copies 15%), lstm_forward's gates and cells 16%
+(the gates ≈ 1.6 ns per activation: exp32 and a division, vectorised; a flat loop over a step's whole block is
+≈ 1.3, compute-bound without FMA), layer_norm_back 7%, layer_norm 6%, lstm_backward 8%, the heads 5%, SiLU and
+its reverse 5%, the per-chunk set-up 2%. Tried and not kept: the biases folded into the gate activations (same
+bits, 1.0×); layer_norm_back's and linear_back's column sums into arrays of their own (same bits in float32,
+1.00–1.01× in place though 1.15× for the call alone); the transposed weights made C-contiguous for the forward
+products (other sgemm packing, P(recall) moved 1e−8, 1.00×).
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
@@ -101,8 +117,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from models.kernel_math import bce, lockstep_plan
-from models.vec_math import exp32, exp_bounded
+from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
+from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
 
 H = 20
 G4 = 4 * H  # gates i, f, g, o
@@ -370,9 +386,11 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
 
 @njit(cache=True, error_model="numpy")
 def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
-                  dc_next, h_prev):
+                  dc_next, hu):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
-    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next, h_prev [N, H] are scratch."""
+    gradients; gu = dL/du. dg [N, 4H], dh_rec, dc_next [N, H] and hu [N, 2H] are scratch: hu = [h_prev | u], so
+    that both weight gradients come from one product dgᵀ·hu (dg packed once by BLAS instead of twice, 1.03–1.04× per
+    pass; BLAS blocks the sums differently, so the gradient moves at rounding level: 8e−8 relative in float32)."""
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
     # dL/dh and dL/dc through the next step (dh_rec, dc_next) are written at every row a next step has, below;
@@ -384,7 +402,10 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                 dc_next[off[k] + q, j] = 0.0
     for q in range(bs[0] if len(bs) else 0):
         for j in range(H):
-            h_prev[q, j] = 0.0
+            hu[q, j] = 0.0
+    for r in range(n):
+        for j in range(H):
+            hu[r, H + j] = u[r, j]
     for k in range(len(bs) - 1, -1, -1):
         r0 = off[k]
         nk = bs[k]
@@ -403,12 +424,15 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
                 dg[r, 3 * H + j] = dh * tcj * o * (one - o)
                 if k > 0:
                     dc_next[rp, j] = dc * f
-                    h_prev[r, j] = h[rp, j]
+                    hu[r, j] = h[rp, j]
         if k > 0:
             p0 = off[k - 1]
             np.dot(dg[r0:r0 + nk], w_hh, dh_rec[p0:p0 + nk])  # the previous step's only term of its kind
-    g_hh += np.dot(dg.T, h_prev)
-    g_ih += np.dot(dg.T, u)
+    gw = np.dot(dg.T, hu)  # [4H, 2H]: dL/dw_hh | dL/dw_ih
+    for i in range(G4):
+        for j in range(H):
+            g_hh[i, j] += gw[i, j]
+            g_ih[i, j] += gw[i, H + j]
     np.dot(dg, w_ih, gu)
     gb = np.zeros(G4, u.dtype)
     for r in range(n):
@@ -419,16 +443,153 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
         g_bih[j] += gb[j]
 
 
-# ----------------------------------------------------------------------------------------------- one chunk of cards
+# ----------------------------------------------------------------------------------------------- the heads
 
-N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+@njit(cache=True, error_model="numpy")
+def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
+    """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
+    target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
+    returns Σ weight·BCE (summed in t's order) and keeps in hw [N_HEAD, T] what heads_backward needs.
+
+    Why batched: per target these are 9 logits, a softmax, 6 clamped exp, 3 log, 3 exp and the BCE's log; in one
+    scalar loop per target the libm calls and their data-dependent chains cost ≈ 17% of a pass. Here each kind of
+    transcendental runs over one flat array of all the targets' arguments (vec_math's exp_vec and log_vec: several
+    values per instruction, within 1 ulp of libm), the cheap arithmetic between them in plain loops. The logits are
+    summed exactly as in a per-target loop (the products in the network's dtype, each of the nine sums in float64
+    in input order), but with the targets innermost over the read rows gathered feature-major, so the loops
+    vectorise (63 → 31 ns per target, same bits); only the exp's and log's last bits differ from libm's (P(recall)
+    within ~1e−16 relative). Measured on a 450-target chunk: forward ≈ 90–120 ns per target, backward ≈ 75."""
+    n_t = len(tr)
+    z_, a_, e_, b_, l_, pc_ = hw[0:9], hw[9:18], hw[18:27], hw[27:30], hw[30:33], hw[33:36]
+    pr, la_in, la, tt = hw[36], hw[38], hw[39], hw[40]
+    nz = 3 * N_CURVES
+    wh = np.empty((H, nz), v.dtype)  # the heads' weights as one [H, 9] matrix (columns: w, s, d of the 3 curves)
+    bh = np.empty(nz)
+    for k in range(N_CURVES):
+        bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
+        for i in range(H):
+            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
+    vt = vtb[:H * n_t].reshape((H, n_t))  # the read rows feature-major, so the logits' loops run over targets
+    for t in range(n_t):
+        r = tr[t]
+        for i in range(H):
+            vt[i, t] = v[r, i]
+    for k in range(nz):  # z_k = b_k + Σ_i w_ik·v_i, each target's sum in input order as one scalar dot product
+        zk, b = z_[k], bh[k]
+        for t in range(n_t):
+            zk[t] = b
+        for i in range(H):
+            w, vi = wh[i, k], vt[i]
+            for t in range(n_t):
+                zk[t] += w * vi[t]
+    for t in range(n_t):
+        zmax = max(z_[0, t], max(z_[1, t], z_[2, t]))
+        for k in range(N_CURVES):  # the exp arguments: softmax shifted by its max, s and d clamped to ±25
+            a_[k, t] = z_[k, t] - zmax
+            a_[N_CURVES + k, t] = min(max(z_[N_CURVES + k, t], -25.0), 25.0)
+            a_[2 * N_CURVES + k, t] = min(max(z_[2 * N_CURVES + k, t], -25.0), 25.0)
+        tt[t] = t_dt[tj[t]]
+    exp_vec(flat(a_), flat(e_))  # rows: e^(z_w − max) (then w, below), s, d
+    for t in range(n_t):
+        tot = 0.0
+        for k in range(N_CURVES):
+            tot += e_[k, t]
+        for k in range(N_CURVES):
+            e_[k, t] /= tot
+            b_[k, t] = 1.0 + tt[t] / (1e-7 + e_[N_CURVES + k, t])
+    log_vec(flat(b_), flat(l_))
+    a3 = a_[0:N_CURVES]
+    for t in range(n_t):
+        for k in range(N_CURVES):
+            a3[k, t] = -e_[2 * N_CURVES + k, t] * l_[k, t]
+    exp_vec(flat(a3), flat(pc_))  # base^(−d) as e^(−d·ln base) (the log serves dp/dd too)
+    for t in range(n_t):
+        p = 0.0
+        for k in range(N_CURVES):
+            p += e_[k, t] * pc_[k, t]
+        p *= 1.0 - 1e-7
+        pr[t] = p
+        p_out[tj[t]] = p
+        la_in[t] = p if t_y[tj[t]] > 0.5 else 1.0 - p  # the BCE's log: ln p or ln(1 − p) (for libm's log1p(−p))
+    log_vec(la_in, la)
+    gp = hw[37]
+    loss = 0.0
+    for t in range(n_t):  # kernel_math.bce's clamps, with the logarithm computed above
+        jt = tj[t]
+        p, y, wt = pr[t], t_y[jt], t_w[jt]
+        loss += -wt * max(la[t], BCE_LOG_FLOOR) if la_in[t] > 0.0 else -wt * BCE_LOG_FLOOR
+        gp[t] = wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS) * (1.0 - 1e-7)
+    return loss
 
 
 @njit(cache=True, error_model="numpy")
-def workspace(n, dt):
-    """Work arrays of dtype dt for chunks of up to n rows: ([N_W20, n, H], [N_W80, n, 4H], [N_W1, n], [n, N_IN])."""
+def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
+    """Reverse of heads_forward: dL/d(logits) per target as flat arrays, then the heads' weight gradients as one
+    product gzᵀ·v [9, T]·[T, H] and dL/dv = gz·W [T, 9]·[9, H] (float64 BLAS; vg [≥ T·H] holds v's rows as float64),
+    each added once per chunk (not per target) into the gradient and gv (zeroed here; gv: the read rows)."""
+    n_t = len(tr)
+    z_, e_, b_, l_, pc_, gp, tt = hw[0:9], hw[18:27], hw[27:30], hw[30:33], hw[33:36], hw[37], hw[40]
+    gz = hw[9:18]  # the exp arguments are spent: dL/d(logits) [9, T]
+    nc = N_CURVES
+    for t in range(n_t):
+        g = gp[t]
+        dot = 0.0
+        for k in range(nc):
+            dot += e_[k, t] * pc_[k, t]
+        for k in range(nc):
+            w, s, d, pc = e_[k, t], e_[nc + k, t], e_[2 * nc + k, t], pc_[k, t]
+            gz[k, t] = g * w * (pc - dot)  # softmax's reverse
+            # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
+            gs = g * w * d * pc / b_[k, t] * tt[t] / (1e-7 + s) ** 2
+            gz[nc + k, t] = gs * s if -25.0 <= z_[nc + k, t] <= 25.0 else 0.0
+            gd = -g * w * pc * l_[k, t]
+            gz[2 * nc + k, t] = gd * d if -25.0 <= z_[2 * nc + k, t] <= 25.0 else 0.0
+    v64 = vg[:n_t * H].reshape((n_t, H))
+    for t in range(n_t):
+        r = tr[t]
+        for i in range(H):
+            v64[t, i] = v[r, i]
+    gw = np.dot(gz, v64)  # [9, H]
+    wh = np.empty((3 * nc, H))
+    for k in range(nc):
+        for i in range(H):
+            wh[k, i], wh[nc + k, i], wh[2 * nc + k, i] = w_w[k, i], s_w[k, i], d_w[k, i]
+    gv64 = np.dot(gz.T, wh)  # [T, H]
+    for k in range(nc):
+        sw = ss = sd = 0.0
+        for t in range(n_t):
+            sw += gz[k, t]
+            ss += gz[nc + k, t]
+            sd += gz[2 * nc + k, t]
+        g_w_b[k] += sw
+        g_s_b[k] += ss
+        g_d_b[k] += sd
+        for i in range(H):
+            g_w_w[k, i] += gw[k, i]
+            g_s_w[k, i] += gw[nc + k, i]
+            g_d_w[k, i] += gw[2 * nc + k, i]
+    for r in range(gv.shape[0]):
+        for i in range(H):
+            gv[r, i] = 0.0
+    for t in range(n_t):
+        r = tr[t]
+        for i in range(H):
+            gv[r, i] += gv64[t, i]
+
+
+# ----------------------------------------------------------------------------------------------- one chunk of cards
+
+N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward names them)
+
+
+@njit(cache=True, error_model="numpy")
+def workspace(n, dt, n_t=1):
+    """Work arrays of dtype dt for chunks of up to n rows and n_t targets: ([N_W20, n, H], [N_W80, n, 4H],
+    [N_W1, n], [n, N_IN], the heads' float64 [N_HEAD·n_t] (reshaped per chunk, so that its rows are contiguous
+    for flat loops), float64 [n_t·H] (heads_backward's [T, H]) and [n_t·H] of dt (heads_forward's [H, T]))."""
     return (np.empty((N_W20, n, H), dt), np.empty((N_W80, n, G4), dt), np.empty((N_W1, n), dt),
-            np.empty((n, N_IN), dt))
+            np.empty((n, N_IN), dt), np.empty(N_HEAD * n_t), np.empty(n_t * H), np.empty(n_t * H, dt))
 
 
 def chunk_grad(grad, th):
@@ -526,7 +687,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         c = cards[rank[q]]
         for k in range(c_steps[c]):
             src[off[k] + q] = c_start[c] + k
-    w20, w80, w1, wx = ws
+    w20, w80, w1, wx = ws[0], ws[1], ws[2], ws[3]
     (a1, s1, sg1, n1, xh1, a2, v0, sg2, u1, xhu1, h1, c1, tc1, v1, u2, xhu2, h2, c2, tc2, v2, m0, xhm0, m1, m2,
      sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         w20[0, :n], w20[1, :n], w20[2, :n], w20[3, :n], w20[4, :n], w20[5, :n], w20[6, :n], w20[7, :n], w20[8, :n],
@@ -534,8 +695,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[17, :n], w20[18, :n], w20[19, :n], w20[20, :n], w20[21, :n], w20[22, :n], w20[23, :n], w20[24, :n],
         w20[25, :n], w20[26, :n], w20[27, :n], w20[28, :n], w20[29, :n], w20[30, :n], w20[31, :n], w20[32, :n],
         w20[33, :n], w20[34, :n], w20[35, :n])
-    gv, gb1, gb2, dh_rec, dc_next, h_prev = (w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n],
-                                             w20[41, :n])
+    gv, gb1, gb2, dh_rec, dc_next = w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n]
     # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
     ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
     for q in range(len(cards)):
@@ -554,6 +714,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
     v2r, gv2 = w20[42, :m], w20[43, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
+    hu = flat(w80[2])[:n * 2 * H].reshape((n, 2 * H))  # lstm_backward's [h_prev | u] (tmp80 serves the forward only)
     rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
     x0 = wx[:n]
     # forward, layer by layer over all rows
@@ -582,87 +743,25 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     layer_norm(v3, out_ln, out_ln, False, f0, xhf0, rsf0)
     linear(f0, out_w, out_b, f1)
     silu(f1, v, sgf1)
-    # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c)
-    if want:
-        for r in range(m):
-            for i in range(H):
-                gv[r, i] = 0.0
+    # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c), all of the chunk's targets at once
+    n_t = 0
+    for q in range(len(cards)):
+        n_t += c_count[cards[rank[q]]]
+    tr, tj = np.empty(n_t, dtype=np.int64), np.empty(n_t, dtype=np.int64)
+    i = 0
+    for q in range(len(cards)):  # the targets in the order their losses are summed (card rank, then target)
+        c = cards[rank[q]]
+        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
+            tr[i], tj[i] = ri[off[t_pos[jt] - 1] + q], jt  # the state after the target's history (its read row)
+            i += 1
+    hw = ws[4][:N_HEAD * n_t].reshape((N_HEAD, n_t))
+    loss = heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, ws[6])
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
      g_hh2, g_bih2, g_bhh2, g_mlp_ln1, g_mlp_w1, g_mlp_b1, g_mlp_ln2, g_mlp_w2, g_mlp_b2, g_out_ln, g_out_w,
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = views(gr)
-    # the heads' weights as one [H, 9] matrix (columns: the w, s, d logits of the 3 curves), so that a target's
-    # nine logits are nine independent sums in one pass over its row (each in the order of a plain dot product)
-    nz = 3 * N_CURVES
-    wh = np.empty((H, nz), th.dtype)
-    bh = np.empty(nz)
-    for k in range(N_CURVES):
-        bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
-        for i in range(H):
-            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
-    z = np.empty(nz)
-    gz = np.empty(nz)  # dL/d(logits)
-    w = np.empty(N_CURVES)
-    pc = np.empty(N_CURVES)
-    es = np.empty(N_CURVES)  # s_c, d_c, 1 + t/(1e−7 + s_c) and its log, kept for the reverse pass
-    ed = np.empty(N_CURVES)
-    base = np.empty(N_CURVES)
-    lb = np.empty(N_CURVES)
-    loss = 0.0
-    for q in range(len(cards)):
-        c = cards[rank[q]]
-        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
-            r = ri[off[t_pos[jt] - 1] + q]  # the state after the target's history (its read row)
-            t = t_dt[jt]
-            for k in range(nz):
-                z[k] = bh[k]
-            for i in range(H):
-                vi = v[r, i]
-                for k in range(nz):
-                    z[k] += wh[i, k] * vi
-            zmax = max(z[0], max(z[1], z[2]))
-            tot = 0.0
-            for k in range(N_CURVES):
-                w[k] = math.exp(z[k] - zmax)
-                tot += w[k]
-            p = 0.0
-            for k in range(N_CURVES):
-                w[k] /= tot
-                es[k] = math.exp(min(max(z[N_CURVES + k], -25.0), 25.0))
-                ed[k] = math.exp(min(max(z[2 * N_CURVES + k], -25.0), 25.0))
-                base[k] = 1.0 + t / (1e-7 + es[k])
-                lb[k] = math.log(base[k])
-                pc[k] = math.exp(-ed[k] * lb[k])  # base^(−d) (one exp for libm's pow; the log serves dp/dd too)
-                p += w[k] * pc[k]
-            p *= 1.0 - 1e-7
-            p_out[jt] = p
-            lo, gp = bce(p, t_y[jt], t_w[jt])
-            loss += lo
-            if want:
-                gp *= 1.0 - 1e-7
-                dot = 0.0
-                for k in range(N_CURVES):
-                    dot += w[k] * pc[k]
-                for k in range(N_CURVES):
-                    s, d = es[k], ed[k]
-                    gz[k] = gp * w[k] * (pc[k] - dot)  # softmax's reverse
-                    # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
-                    gs = gp * w[k] * d * pc[k] / base[k] * t / (1e-7 + s) ** 2
-                    gz[N_CURVES + k] = gs * s if -25.0 <= z[N_CURVES + k] <= 25.0 else 0.0
-                    gd = -gp * w[k] * pc[k] * lb[k]
-                    gz[2 * N_CURVES + k] = gd * d if -25.0 <= z[2 * N_CURVES + k] <= 25.0 else 0.0
-                    g_w_b[k] += gz[k]
-                    g_s_b[k] += gz[N_CURVES + k]
-                    g_d_b[k] += gz[2 * N_CURVES + k]
-                for i in range(H):
-                    vi = v[r, i]
-                    for k in range(N_CURVES):
-                        gzw, gzs, gzd = gz[k], gz[N_CURVES + k], gz[2 * N_CURVES + k]
-                        g_w_w[k, i] += gzw * vi
-                        g_s_w[k, i] += gzs * vi
-                        g_d_w[k, i] += gzd * vi
-                        gv[r, i] += gzw * w_w[k, i] + gzs * s_w[k, i] + gzd * d_w[k, i]
     if not want:
         return loss
+    heads_backward(v, tr, w_w, s_w, d_w, hw, ws[5], gv[:m], g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b)
     # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
     # every row from dL/dv2 on)
     gv, gb1, gb2 = gv[:m], gb1[:m], gb2[:m]
@@ -682,11 +781,11 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
     lstm_backward(u2, h2, c2, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
-                  dc_next, h_prev)
+                  dc_next, hu)
     layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
     add(gv2, gv, gv2)  # dL/dv1
     lstm_backward(u1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
-                  dc_next, h_prev)
+                  dc_next, hu)
     layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
     add(gv2, gv, gv2)  # dL/dv0
     silu_back(a2, sg2, gv2, gv2)
@@ -710,18 +809,20 @@ def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     bounds = np.empty(len(cards) + 1, dtype=np.int64)
     nb = 0
     acc = 0
-    n_max = 1
+    n_max = t_max = acc_t = 1
+    c_count = layout[4]
     for k in range(len(cards)):
         acc += c_steps[cards[k]]
+        acc_t += c_count[cards[k]]
         if acc >= CHUNK_STEPS or k == len(cards) - 1:
             nb += 1
             bounds[nb] = k + 1
-            n_max = max(n_max, acc)
-            acc = 0
+            n_max, t_max = max(n_max, acc), max(t_max, acc_t)
+            acc = acc_t = 0
     bounds[0] = 0
     th = np.empty(len(theta), dtype=np.asarray(model[4]).dtype)  # the network's weights in its dtype
     th[:] = theta
-    ws = workspace(n_max, th.dtype)
+    ws = workspace(n_max, th.dtype, t_max)
     g = grad if want else np.zeros(N_PARAMS)  # unused without `want`: chunk_loss's views need a full vector
     gc = chunk_grad(g, th)
     loss = 0.0

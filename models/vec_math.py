@@ -300,3 +300,48 @@ def exp_table(x):
     scale = _as_float(_EXP2_TABLE_BITS[k & 127] + ((k >> 7) << 52))
     p = r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0)))))
     return scale + scale * p
+
+
+# ------------------------------------------------------------------ a logarithm that vectorises (the LSTM's heads)
+
+# fdlibm's e_log.c: ln(1 + f) = f − f²/2 + s·(f²/2 + R(s²)), s = f/(2 + f), R a degree-14 minimax polynomial in s
+_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, 2.222219843214978396e-01,
+       1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01)
+_MANT_MASK = (1 << 52) - 1
+_ONE_BITS = 0x3FF0000000000000
+_SQRT2_CARRY = 0x95F6400000000  # mantissa + this carries into bit 52 exactly when the mantissa is ≥ √2's
+LOG_NORMAL_MIN = 2.2250738585072014e-308  # log1 is exact to fdlibm's ~1 ulp for normal x in [this, inf)
+
+
+@njit(cache=True, inline="always")
+def log1(x):
+    """ln x for a positive normal finite x, within 1 ulp of the C library's, as branch-free arithmetic that
+    vectorises inside a loop (libm's log is one call per value). fdlibm's method: x = 2^k·m with m in [√2/2, √2),
+    f = m − 1, ln x = k·ln2 + ln(1 + f) by the polynomial above; k and m from x's bits (k converted to a double by
+    placing it in 1.5·2^52's low bits: AVX2 has no int64 → double conversion). Zero, negative, subnormal, infinite or
+    NaN x give garbage: `log_vec` passes those to math.log."""
+    hx = _as_int(x)
+    mant = hx & _MANT_MASK
+    i = (mant + _SQRT2_CARRY) & (1 << 52)  # 2^52 when m is moved to [√2/2, 1): x's exponent one higher
+    m = _as_float(mant | (_ONE_BITS ^ i))
+    k = _as_float(((hx >> 52) - 1023 + (i >> 52)) + _SHIFT_BITS) - _SHIFT
+    f = m - 1.0
+    s = f / (2.0 + f)
+    z = s * s
+    w = z * z
+    lg1, lg2, lg3, lg4, lg5, lg6, lg7 = _LG
+    r = z * (lg1 + w * (lg3 + w * (lg5 + w * lg7))) + w * (lg2 + w * (lg4 + w * lg6))
+    hfsq = 0.5 * f * f
+    return k * _LN2_HI - ((hfsq - (s * (hfsq + r) + k * _LN2_LO)) - f)
+
+
+@njit(cache=True, error_model="numpy")
+def log_vec(x, out):
+    """out[i] = ln x[i] for every x (math.log's results at 0, negatives, subnormals, inf and NaN: those few go to
+    math.log after the vectorised loop; 0 gives −inf, a negative NaN). out apart from x, as for exp_vec."""
+    for i in range(len(x)):
+        out[i] = log1(x[i])
+    for i in range(len(x)):
+        v = x[i]
+        if not (LOG_NORMAL_MIN <= v < math.inf):
+            out[i] = math.log(v) if v > 0.0 else (-math.inf if v == 0.0 else math.nan)
