@@ -51,6 +51,8 @@ LR = 4e-2  # Adam learning rate of both trainers
 FLOOR_GRADE = 3  # same-day growth floored at 1 from this grade up (published run); the engine's opts[0]
 
 N_PARAMS = 21
+# The trainer's batches run with cards side by side (models/fsrs6_lanes.py; the engine's LANE-BATCH section)
+LANE_KERNELS = "models.fsrs6_lanes"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step)
 N_STATE = 9
 N_ADJ = 2  # only S and D carry adjoints

@@ -63,17 +63,18 @@ N_SUMS = N_PARAMS + 3
 
 
 @njit(cache=True)
-def pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, sel, X):
-    """Fill the inputs of positions 0..N for the cards items[sel[0..]] (lanes 0..len(sel)−1) and return the number
-    of positions N + 1, or −1 when a target's elapsed time is not the next review's (see the module docstring)."""
+def pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, sel, first, nl, X):
+    """Fill the inputs of positions 0..N for the cards items[sel[first + lane]], lane = 0..nl−1, and return the
+    number of positions N + 1, or −1 when a target's elapsed time is not the next review's (see the module
+    docstring)."""
     n_max = 0
-    for i in range(len(sel)):
-        n_max = max(n_max, items[sel[i], 3])
+    for lane in range(nl):
+        n_max = max(n_max, items[sel[first + lane], 3])
     n_pos = n_max + 1
     for k in range(n_pos):
         X[k, I_ANY, 0] = 0.0
-    for lane in range(len(sel)):
-        it = sel[lane]
+    for lane in range(nl):
+        it = sel[first + lane]
         start = c_start[items[it, 0]]
         n = items[it, 3]
         for k in range(n):
@@ -289,19 +290,19 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
     and taken LANES at a time. Returns the loss (want_loss; else 0: Adam reads the gradient only), or NaN, having
     added nothing, when a card does not fit the lane layout (pack_group)."""
     n_items = len(batch)
-    order = np.argsort(items[batch, 3], kind="mergesort")
+    by_length = batch[np.argsort(items[batch, 3], kind="mergesort")]
     X = np.zeros((max_n + 1, N_ROW, LANES))
     A = np.zeros((N_SUMS, LANES))
     for g0 in range(0, n_items, LANES):
-        sel = batch[order[g0:min(g0 + LANES, n_items)]]
-        n_pos = pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, sel, X)
+        nl = min(LANES, n_items - g0)
+        n_pos = pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, by_length, g0, nl, X)
         if n_pos < 0:
             return np.nan
-        group_forward(wc, X, A, n_pos, len(sel))  # a run-time lane count: see X's comment
+        group_forward(wc, X, A, n_pos, nl)  # a run-time lane count: see X's comment
         if want_grad:
-            group_reverse(wc, X, A, n_pos, len(sel))
+            group_reverse(wc, X, A, n_pos, nl)
         if want_loss:
-            group_loss(wc, X, A, n_pos, len(sel))
+            group_loss(wc, X, A, n_pos, nl)
     if want_grad:
         for j in range(N_PARAMS):
             gwc[j] += A[j].sum()
