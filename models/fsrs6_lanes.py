@@ -74,8 +74,7 @@ F_E = 11  # e^{w10(1−R)} (recall) or e^{w14(1−R)} (lapse)
 F_LNB = 12  # ln S (recall, same-day) or ln D (lapse)
 F_LSP = 13  # ln(S+1) (lapse)
 F_SP = 14  # (S+1)^{w13} (lapse)
-F_SEED = 15  # the target's adjoint of S_prev
-N_ROW = 16
+N_ROW = 15
 # The lanes' sums, a second local array A[j, lane] (in X, at a run-time distance from the positions, every pair of
 # accesses would need its own overlap check, too many for LLVM): the gradient of w_j (j < 21), the loss, the
 # carried adjoints of S and D
@@ -129,10 +128,23 @@ def _grade_pick(g, a1, a2, a3, a4):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _target_adjoint(X, A, k, lane, d, df):
+    """The adjoint of S_prev from the target at position k (0 if none), its gradient for w20 added to A: on
+    ln R = −w20·ln(1 + x) as fsrs6_kernels.target_loss_vjp (in the reverse pass, so that the objective passes,
+    forward only, skip it)."""
+    wts = X[k, I_W, lane]
+    r = X[k, F_R, lane]
+    x = X[k, F_X, lane]
+    s = X[k - 1, F_S, lane]
+    dl = -wts if wts > 0.0 else (-wts * r / X[k, F_OMR, lane] if wts < 0.0 else 0.0)  # d(weight·BCE)/d ln R
+    A[20, lane] += dl * (-X[k, F_L1X, lane] - d / (1.0 + x) * X[k, I_DT, lane] / s * df)
+    return dl * d * x / ((1.0 + x) * s)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def group_forward(w, X, A, n_pos, nl):
-    """States of the group's positions 0..n_pos−1 and each target's adjoint seed and gradient for w20 (added to
-    the lanes' sums A)."""
-    f, d, df, e8, em, d04, floor = w[C_F], w[20], w[C_DF], w[C_E8], w[C_EM], w[C_D04], w[C_FLOOR]
+    """States of the group's positions 0..n_pos−1 and what their reverse pass and loss read."""
+    f, d, e8, em, d04, floor = w[C_F], w[20], w[C_E8], w[C_EM], w[C_D04], w[C_FLOOR]
     c1, c2, c3, c4 = w[C_SINC + 1], w[C_SINC + 2], w[C_SINC + 3], w[C_SINC + 4]
     w0, w1, w2, w3, w4, w5, w6, w7 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
     w9, w10, w11, w12, w13, w14, w15, w16, w19 = w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16], w[19]
@@ -155,10 +167,6 @@ def group_forward(w, X, A, n_pos, nl):
             sc = sa * sb
             r = (1.0 + q) * sa * sb
             omr = -(q * sc + (sc - 1.0))  # 1 − R = −expm1(ln R)
-            wts = X[k, I_W, lane]
-            dl = -wts if wts > 0.0 else (-wts * r / omr if wts < 0.0 else 0.0)  # d(weight·BCE)/d ln R
-            X[k, F_SEED, lane] = dl * d * x / ((1.0 + x) * s)
-            A[20, lane] += dl * (-l1x - d / (1.0 + x) * t / s * df)
             # the step (a lapse's S is finished by the loop below)
             same = t < 1.0
             recall = g > 1.5
@@ -217,7 +225,7 @@ def group_reverse(w, X, A, n_pos, nl):
     w10, w11, w12, w13, w14, w15, w16 = w[10], w[11], w[12], w[13], w[14], w[15], w[16]
     w17, w18, w19 = w[17], w[18], w[19]
     for lane in range(nl):  # nothing reads the last position's state
-        A[J_GS, lane] = X[n_pos - 1, F_SEED, lane]
+        A[J_GS, lane] = _target_adjoint(X, A, n_pos - 1, lane, d, df)
         A[J_GD, lane] = 0.0
     for kk in range(n_pos - 2):  # k = n_pos − 2 .. 1 (a range with step −1 kept the lane loop scalar)
         k = n_pos - 2 - kk
@@ -288,7 +296,7 @@ def group_reverse(w, X, A, n_pos, nl):
             A[12, lane] += (gf * sf * (-lnb))
             A[13, lane] += (gf * w11 * pw * sp * X[k, F_LSP, lane] * e)
             A[14, lane] += (gf * sf * (1.0 - r))
-            A[J_GS, lane] = gs_old + X[k, F_SEED, lane]
+            A[J_GS, lane] = gs_old + _target_adjoint(X, A, k, lane, d, df)
             A[J_GD, lane] = gd_old
     for lane in range(nl):  # the first review
         gs = A[J_GS, lane]
