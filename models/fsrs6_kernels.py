@@ -31,11 +31,12 @@ Lanes (issue #19): the trainer's batches and its objective passes run on models/
 8 cards side by side, exp / log / log1p as vectorised arithmetic, branches as selects); the functions here still
 serve predictions, loss_and_grad, the tree and every batch the lanes refuse. Measured (paired, same process, CPU
 time; read that module's docstring for the kernel alone): the 45k user's 5-fold fit (Adam and its two objective
-passes, S0 not included) 105 -> 65 ms (1.61x, nine pairs; recency 1.55x), its loss and gradient alone ~2x, the
-objective passes 1.15x. Whole users (runner.evaluate_user on bench/bench_executors.py project's six users, three
-pairs, a + b·reviews fitted as that script does): FSRS-6 b 2.90 -> 1.85 ms per 1k reviews, projected 0.64 -> 0.43
-CPU-hours; FSRS-6-recency 2.71 -> 1.85, 0.60 -> 0.43 (users 1.05x the smallest .. 1.54x the largest: S0,
-features and predictions are unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) and
+passes, S0 not included) 108 -> 66 ms (1.69x, nine pairs; recency 91 -> 57 ms, 1.56x), its loss and gradient
+alone ~1.8-2x, the objective passes 1.35x. Whole users (runner.evaluate_user on bench/bench_executors.py project's six users, three
+pairs, a + b·reviews fitted as that script does; two runs): FSRS-6 b 2.90 -> 1.85 and 2.62 -> 1.66 ms per 1k
+reviews, projected 0.64 -> 0.43 and 0.60 -> 0.41 CPU-hours; FSRS-6-recency 2.71 -> 1.85 and 2.31 -> 1.69, 0.60 ->
+0.43 and 0.54 -> 0.42 (whole users 1.05x the smallest .. 1.3-1.57x the largest: S0, features and predictions are
+unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) and
 0.68 / 0.48 (new) for FSRS-6 in two runs each: its six-user fit is noisier than the change. Results: the result
 lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) as the scalar fit's, sizes, Log Loss,
 RMSE(bins) and parameters to the digit, but one AUC (sim36 user 5, FSRS-6, 590 test rows: 0.767314 -> 0.767307, a

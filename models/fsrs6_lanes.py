@@ -10,7 +10,8 @@ are all computed and blended, and their reverse passes are all taken with zero w
 a lapse's ln(S+1) and (S+1)^{w13} only at the positions where some lane lapses (a second loop). A lane past its
 card's end runs a padding review (t = 1, grade 3) whose state nothing reads, so its adjoints are exactly zero and
 nothing is masked in the reverse pass. The loss is a separate loop (its log(1 − R)), left out of the trainer's
-batches: Adam reads the gradient only.
+batches (Adam reads the gradient only); the targets' adjoints are taken in the reverse pass, so the objective
+passes (forward and loss) skip them.
 
 Layout of a group of LANES cards with at most N states: positions 0..N. Position 0 is the first review (init);
 position k ≥ 1 is the step from state k−1 over elapsed time dt[k] with grade g[k], AND the target that reads state
@@ -43,7 +44,8 @@ per-group allocations, 1.97 with FMA (68.5 ns against 145.7). LANES 4 ≈ 8 (1.5
 lane slots 1.25x the states at 4, 1.43x at 8). Before FMA, per state: set-up 6, packing 17-23, forward 50-63,
 reverse 21-24 ns; the forward is throughput-bound (the same ns per lane slot at 8 to 64 lanes), ~950 AVX2
 instructions per 4 lanes with its register spills. The objective pass (fit_loss: forward + loss, no gradient)
-gains only 1.15-1.18x. The whole fit (5 folds, S0 not included): see fsrs6_kernels' docstring.
+gained only 1.15-1.18x while the targets' adjoints were computed in the forward pass, 1.35x since they are in the
+reverse pass. The whole fit (5 folds, S0 not included): see fsrs6_kernels' docstring.
 """
 
 from __future__ import annotations
