@@ -38,9 +38,9 @@ reviews, projected 0.64 -> 0.43 and 0.60 -> 0.41 CPU-hours; FSRS-6-recency 2.71 
 0.43 and 0.54 -> 0.42 (whole users 1.05x the smallest .. 1.3-1.57x the largest: S0, features and predictions are
 unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) and
 0.68 / 0.48 (new) for FSRS-6 in two runs each: its six-user fit is noisier than the change. Results: the result
-lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) as the scalar fit's, sizes, Log Loss,
-RMSE(bins) and parameters to the digit, but one AUC (sim36 user 5, FSRS-6, 590 test rows: 0.767314 -> 0.767307, a
-near-tie reordered; without FMA all were equal); fitted weights within 3e-15 of the scalar fit's (45k user).
+lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) identical to the scalar fit's (sizes,
+metrics, parameters; a build with the targets' adjoints in the forward pass moved one AUC by 7e-6, sim36 user 5's
+590 test rows: near-ties reorder); fitted weights within 3e-15 of the scalar fit's (45k user).
 What the other FSRS plug-ins would need to join: fsrs_v4.py / fsrs_v45.py / fsrs_v5.py share one scalar core
 (core_step / core_step_vjp with the curve's F and decay as constants): a lane module of the same layout for that
 core (its pow as exp(p·ln x), its branches as selects, a pack_group per the same target rule), named by each
