@@ -27,6 +27,27 @@ pairs in one process, same data): a fused step and target (step_target, taking t
 from the step) ran loss and gradient at 0.92× (the fused loop's second copy of the inlined step and its record
 cost more than the log1p saved); copying each epoch's cards in visit order before training (no cache miss per
 array and card) 0.96–1.01×.
+Lanes (issue #19): the trainer's batches and its objective passes run on models/fsrs6_lanes.py (LANE_KERNELS below:
+8 cards side by side, exp / log / log1p as vectorised arithmetic, branches as selects); the functions here still
+serve predictions, loss_and_grad, the tree and every batch the lanes refuse. Measured (paired, same process, CPU
+time; read that module's docstring for the kernel alone): the 45k user's 5-fold fit (Adam and its two objective
+passes, S0 not included) 108 -> 66 ms (1.69x, nine pairs; recency 91 -> 57 ms, 1.56x), its loss and gradient
+alone ~1.8-2x, the objective passes 1.35x. Whole users (runner.evaluate_user on bench/bench_executors.py project's six users, three
+pairs, a + b·reviews fitted as that script does; two runs): FSRS-6 b 2.90 -> 1.85 and 2.62 -> 1.66 ms per 1k
+reviews, projected 0.64 -> 0.43 and 0.60 -> 0.41 CPU-hours; FSRS-6-recency 2.71 -> 1.85 and 2.31 -> 1.69, 0.60 ->
+0.43 and 0.54 -> 0.42 (whole users 1.05x the smallest .. 1.3-1.57x the largest: S0, features and predictions are
+unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) and
+0.68 / 0.48 (new) for FSRS-6 in two runs each: its six-user fit is noisier than the change. Results: the result
+lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) identical to the scalar fit's (sizes,
+metrics, parameters; a build with the targets' adjoints in the forward pass moved one AUC by 7e-6, sim36 user 5's
+590 test rows: near-ties reorder); fitted weights within 3e-15 of the scalar fit's (45k user).
+What the other FSRS plug-ins would need to join: fsrs_v4.py / fsrs_v45.py / fsrs_v5.py share one scalar core
+(core_step / core_step_vjp with the curve's F and decay as constants): a lane module of the same layout for that
+core (its pow as exp(p·ln x), its branches as selects, a pack_group per the same target rule), named by each
+module's LANE_KERNELS. FSRS-7 and SBD run code that models/traced.py generates from the model file; that
+generator would emit a lane form of the same straight-line code (it already computes both sides of every torch
+where, which maps onto selects) with vec_math's exp1 / log1 / log1p1 for the libm calls, plus the fused
+step_target the scalar engine uses. The engine's side (LANE_KERNELS, the LANE-BATCH section) is ready for both.
 """
 
 from __future__ import annotations
@@ -51,6 +72,8 @@ LR = 4e-2  # Adam learning rate of both trainers
 FLOOR_GRADE = 3  # same-day growth floored at 1 from this grade up (published run); the engine's opts[0]
 
 N_PARAMS = 21
+# The trainer's batches run with cards side by side (models/fsrs6_lanes.py; the engine's LANE-BATCH section)
+LANE_KERNELS = "models.fsrs6_lanes"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step)
 N_STATE = 9
 N_ADJ = 2  # only S and D carry adjoints

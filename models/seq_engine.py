@@ -11,7 +11,9 @@ that model. What depends only on the weights is hoisted out of the per-review lo
 `precompute` (once per mini-batch / call, with its own VJP folding the constants' adjoints back into the gradient);
 a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ), fuse a target's curve
 and BCE (target_loss / target_loss_vjp), and compute a target read at the next review's elapsed time with that
-step (step_target / step_target_vjp). Models that define none of these run exactly as before. The trainer
+step (step_target / step_target_vjp); and it may name a module of lane kernels (LANE_KERNELS: its
+lanes_loss_grad runs the trainer's batches with several cards side by side, vectorised; models/fsrs6_lanes.py).
+Models that define none of these run exactly as before. The trainer
 minimises upstream's objective
     L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)
 with Adam (lr 4e-2), a per-step cosine schedule over mini-batches of whole cards (≈ batch_size targets, order
@@ -50,6 +52,10 @@ _PLAIN_BEGIN = "# ---- PLAIN-LOSS-BEGIN"
 _PLAIN_END = "# ---- PLAIN-LOSS-END"
 _FUSED_BEGIN = "# ---- STEP-TARGET-BEGIN"
 _FUSED_END = "# ---- STEP-TARGET-END"
+_CARD_BATCH_BEGIN = "# ---- CARD-BATCH-BEGIN"
+_CARD_BATCH_END = "# ---- CARD-BATCH-END"
+_LANE_BATCH_BEGIN = "# ---- LANE-BATCH-BEGIN"
+_LANE_BATCH_END = "# ---- LANE-BATCH-END"
 _INSTANCES: dict[str, object] = {}
 
 
@@ -138,6 +144,8 @@ def instantiate(model_module: str):
             names += ["step_target", "step_target_vjp"]
         else:
             source = _cut(source, _FUSED_BEGIN, _FUSED_END)
+    lanes = getattr(model, "LANE_KERNELS", None)  # a module with the plug-in's lanes_loss_grad and card_items
+    source = _cut(source, *((_CARD_BATCH_BEGIN, _CARD_BATCH_END) if lanes else (_LANE_BATCH_BEGIN, _LANE_BATCH_END)))
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
     if hasattr(model, "precompute"):
@@ -148,6 +156,8 @@ def instantiate(model_module: str):
     if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
+    if lanes:
+        binding += f"\nfrom {lanes} import lanes_loss_grad, card_items"
     binding += f"\n# plug-in source {_source_digest(model)}"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module

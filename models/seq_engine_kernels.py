@@ -14,7 +14,8 @@ once (per call, or per mini-batch in adam_fit) and hands the result wc to the pe
 accumulated against wc and folded back into w's by `precompute_vjp` (the stub's defaults: wc is w, a plain copy).
 Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines: its own
 card loops (CUSTOM-CARD instead of GENERIC-CARD), its own target loss (DEFAULT-TARGET out), a fused step and target
-(STEP-TARGET instead of PLAIN-LOSS).
+(STEP-TARGET instead of PLAIN-LOSS), the trainer's batches card by card or by the plug-in's lane kernel
+(LANE-BATCH instead of CARD-BATCH).
 """
 
 # ruff: noqa: F405, F811  (the model's names come from the rebound star import; one of the two card_loss sections
@@ -218,6 +219,45 @@ def card_loss(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, p
 # ---- CUSTOM-CARD-END
 
 
+# ---- CARD-BATCH-BEGIN (left out when the plug-in names lane kernels: LANE_KERNELS)
+@njit(cache=True)
+def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc):
+    """Adds the gradient of Σ weight·BCE over the work items `batch` (rows of items) into gwc, card by card."""
+    for it in batch:
+        card_loss_grad(wc, seq_dt, seq_g, c_start[items[it, 0]], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
+                       items[it, 2], buf, gwc)
+
+
+@njit(cache=True)
+def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
+    """Σ weight·BCE over every card: the fit's objective without its prior."""
+    return loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n)
+# ---- CARD-BATCH-END
+
+# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS: its lanes_loss_grad and card_items)
+@njit(cache=True)
+def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc):
+    """Adds the gradient of Σ weight·BCE over the work items `batch` into gwc by the plug-in's lane kernel (cards
+    side by side); a batch it cannot lay out (NaN, nothing added) runs card by card."""
+    if math.isnan(lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc,
+                                  False, True)):
+        for it in batch:
+            card_loss_grad(wc, seq_dt, seq_g, c_start[items[it, 0]], items[it, 3], t_pos, t_dt, t_y, t_wt,
+                           items[it, 1], items[it, 2], buf, gwc)
+
+
+@njit(cache=True)
+def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
+    """Σ weight·BCE over every card by the lane kernel's forward pass (card by card if it cannot lay them out)."""
+    items = card_items(c_start, c_n, c_tb, c_te)
+    loss = lanes_loss_grad(precompute(w, opts), seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items,
+                           np.arange(len(c_start)), max_n, np.zeros(0), True, False)
+    if math.isnan(loss):
+        return loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n)
+    return loss
+# ---- LANE-BATCH-END
+
+
 @njit(cache=True)
 def predict_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, max_n, out):
     buf = scratch(max_n)
@@ -281,7 +321,7 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
     best_w = w.copy()
     best = math.nan  # keep_last: no objective is needed (the start's and the end's loss passes are skipped)
     if not keep_last:
-        best = loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+        best = fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
             + l2_prior(w, w_init, inv_var)
     step_no = 0
     for e in range(n_epoch):
@@ -289,13 +329,11 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
             wc = precompute(w, opts)  # the model's per-weight constants, once per batch
             gwc = np.zeros(len(wc))
             grad[:] = 0.0
+            batch = orders[e, bounds[e, b]:bounds[e, b + 1]]
             nt = 0
-            for pos in range(bounds[e, b], bounds[e, b + 1]):
-                it = orders[e, pos]
-                c = items[it, 0]
+            for it in batch:
                 nt += items[it, 2] - items[it, 1]
-                card_loss_grad(wc, seq_dt, seq_g, c_start[c], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
-                               items[it, 2], buf, gwc)
+            batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc)
             precompute_vjp(w, opts, wc, gwc, grad)
             scale = nt / n_targets
             for j in range(n_w):
@@ -310,7 +348,7 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
         if keep_last:
             continue
         if check_every_epoch or e == n_epoch - 1:
-            cur = loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
+            cur = fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
                 + l2_prior(w, w_init, inv_var)
             if cur < best:
                 best = cur

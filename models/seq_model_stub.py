@@ -24,6 +24,13 @@ loop; the convention is wc[:len(w)] = w followed by the model's constants. `opts
 options given to SeqEngine (empty by default; FSRS-6 passes its same-day floor grade). A model that does not define
 them gets the defaults below: wc is w itself and gw += gwc, so its arithmetic is unchanged bit for bit.
 
+Lane kernels (optional): a plug-in may set LANE_KERNELS to the name of a module defining
+`lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, want_loss,
+want_grad) -> loss` (the work items `batch`, several cards side by side; NaN, having added nothing, for a batch it
+cannot lay out) and `card_items(c_start, c_n, c_tb, c_te)`. The engine's trainer then runs its mini-batches and its
+objective passes through them (card by card where they return NaN); predictions and loss_and_grad stay card by card.
+Why: a scalar step is bound by one libm call at a time; side by side, exp and log vectorise (models/fsrs6_lanes.py).
+
 Arguments: w — float64 parameter vector; g — integer grade 1..4 of the review; t — float64 elapsed days before
 the review (0 for a first review) or, in `curve`, before the target; state/prev/new — float64 arrays of length
 N_STATE. Every *_vjp receives the adjoint of its output and ADDS the parameter adjoint into gw.

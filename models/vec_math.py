@@ -302,46 +302,83 @@ def exp_table(x):
     return scale + scale * p
 
 
-# ------------------------------------------------------------------ a logarithm that vectorises (the LSTM's heads)
+# ------------------------------------------- a log and log1p that vectorise (FSRS-6's lanes, the LSTM's heads)
 
-# fdlibm's e_log.c: ln(1 + f) = f − f²/2 + s·(f²/2 + R(s²)), s = f/(2 + f), R a degree-14 minimax polynomial in s
-_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, 2.222219843214978396e-01,
-       1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01)
-_MANT_MASK = (1 << 52) - 1
-_ONE_BITS = 0x3FF0000000000000
-_SQRT2_CARRY = 0x95F6400000000  # mantissa + this carries into bit 52 exactly when the mantissa is ≥ √2's
-LOG_NORMAL_MIN = 2.2250738585072014e-308  # log1 is exact to fdlibm's ~1 ulp for normal x in [this, inf)
+@intrinsic
+def _lshr(typingctx, x, n):
+    """x >> n as a LOGICAL shift of an int64 (numba's >> on int64 is arithmetic, which AVX2 has no vector form
+    for, so a loop using it stays scalar; vpsrlq is the logical one)."""
+    def codegen(context, builder, signature, args):
+        return builder.lshr(args[0], args[1])
+    return types.int64(types.int64, types.int64), codegen
 
 
-@njit(cache=True, inline="always")
-def log1(x):
-    """ln x for a positive normal finite x, within 1 ulp of the C library's, as branch-free arithmetic that
-    vectorises inside a loop (libm's log is one call per value). fdlibm's method: x = 2^k·m with m in [√2/2, √2),
-    f = m − 1, ln x = k·ln2 + ln(1 + f) by the polynomial above; k and m from x's bits (k converted to a double by
-    placing it in 1.5·2^52's low bits: AVX2 has no int64 → double conversion). Zero, negative, subnormal, infinite or
-    NaN x give garbage: `log_vec` passes those to math.log."""
-    hx = _as_int(x)
-    mant = hx & _MANT_MASK
-    i = (mant + _SQRT2_CARRY) & (1 << 52)  # 2^52 when m is moved to [√2/2, 1): x's exponent one higher
-    m = _as_float(mant | (_ONE_BITS ^ i))
-    k = _as_float(((hx >> 52) - 1023 + (i >> 52)) + _SHIFT_BITS) - _SHIFT
+_TWO52_BITS = 0x4330000000000000  # 2^52: its bit pattern OR a small integer i is the double 2^52 + i
+_LOG_SHIFT = 0x00095F6200000000  # (0x3ff00000 − 0x3fe6a09e) << 32: moves the mantissa's cut from 1 to √2/2
+_LOG_MANT = 0x000FFFFFFFFFFFFF
+_LOG_HALF_SQRT2 = 0x3FE6A09E00000000  # high word of √2/2 (its low word is the mantissa's own)
+_LOG_K_OFFSET = 4503599627370496.0 + 1023.0  # 2^52 + the exponent bias
+_TWO54 = 18014398509481984.0
+_MIN_NORMAL = 2.2250738585072014e-308
+# ln(1 + f) = f − f²/2 + s·(f²/2 + R(s²)), s = f / (2 + f): the minimax coefficients of R from fdlibm's e_log.c
+_LG1, _LG2, _LG3, _LG4 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, \
+    2.222219843214978396e-01
+_LG5, _LG6, _LG7 = 1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01
+_LOG_LN2_HI = 6.93147180369123816490e-01  # ln 2 in two parts: k·_LOG_LN2_HI is exact for |k| < 2^11
+_LOG_LN2_LO = 1.90821492927058770002e-10
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _log_core(x):
+    """ln x for a positive finite x (subnormals included), branch-free: x = 2^k·m with m in [√2/2, √2) found in
+    the bits (k as a double by the 2^52 trick: AVX2 has no int64→double conversion), then fdlibm's reduction
+    f = m − 1, s = f/(2 + f) and its degree-14 odd polynomial."""
+    sub = x < _MIN_NORMAL
+    xs = x * _TWO54 if sub else x
+    u = _as_int(xs) + _LOG_SHIFT
+    m = _as_float((u & _LOG_MANT) + _LOG_HALF_SQRT2)
+    k = _as_float(_lshr(u, 52) | _TWO52_BITS) - _LOG_K_OFFSET
+    k = k - 54.0 if sub else k
     f = m - 1.0
+    hfsq = 0.5 * f * f
     s = f / (2.0 + f)
     z = s * s
     w = z * z
-    lg1, lg2, lg3, lg4, lg5, lg6, lg7 = _LG
-    r = z * (lg1 + w * (lg3 + w * (lg5 + w * lg7))) + w * (lg2 + w * (lg4 + w * lg6))
-    hfsq = 0.5 * f * f
-    return k * _LN2_HI - ((hfsq - (s * (hfsq + r) + k * _LN2_LO)) - f)
+    t1 = w * (_LG2 + w * (_LG4 + w * _LG6))
+    t2 = z * (_LG1 + w * (_LG3 + w * (_LG5 + w * _LG7)))
+    return s * (hfsq + (t2 + t1)) + k * _LOG_LN2_LO - hfsq + f + k * _LOG_LN2_HI
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def log1(x):
+    """ln x within 1 ulp of the C library's, as arithmetic that vectorises inside a loop (numba calls libm's log
+    one value at a time). Edges as libm: log(0) = −inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN."""
+    r = _log_core(x)
+    if x > 0.0 and x < math.inf:
+        return r
+    if x == 0.0:
+        return -math.inf
+    return x if x == math.inf else math.nan
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def log1p1(x):
+    """ln(1 + x) to within a few ulp for any x > −1 (vectorisable, as log1): u = 1 + x rounded, then
+    ln(1 + x) = ln u + c/u with c = (1 + x) − u recovered exactly (Sterbenz: x − (u − 1) while u < 2, else
+    1 − (u − x)); for tiny x, u = 1 and the result is c = x. Edges: −1 gives −inf, below −1 NaN, inf inf."""
+    u = 1.0 + x
+    c = (1.0 - (u - x)) if u >= 2.0 else (x - (u - 1.0))
+    r = _log_core(u) + c / u
+    if x > -1.0 and x < math.inf:
+        return r
+    if x == -1.0:
+        return -math.inf
+    return x if x == math.inf else math.nan
 
 
 @njit(cache=True, error_model="numpy")
 def log_vec(x, out):
-    """out[i] = ln x[i] for every x (math.log's results at 0, negatives, subnormals, inf and NaN: those few go to
-    math.log after the vectorised loop; 0 gives −inf, a negative NaN). out apart from x, as for exp_vec."""
+    """out[i] = ln x[i] for every x, libm's values at the edges (log1's); out apart from x, as for exp_vec. One
+    loop that LLVM vectorises (the LSTM's heads: all of a chunk's targets' logs at once)."""
     for i in range(len(x)):
         out[i] = log1(x[i])
-    for i in range(len(x)):
-        v = x[i]
-        if not (LOG_NORMAL_MIN <= v < math.inf):
-            out[i] = math.log(v) if v > 0.0 else (-math.inf if v == 0.0 else math.nan)
