@@ -18,7 +18,7 @@ from config import RunConfig
 from models import lstm, lstm_batched, neural_seq
 from models.lstm_torch import finetune, flat_opt_state
 from revlog_factory import write_user
-from test_neural_batched import max_diff, no_per_user_fallback, run_rows
+from test_neural_batched import assert_cuda_equals_cpu, max_diff, no_per_user_fallback, run_rows
 
 torch.set_num_threads(1)
 BATCH = 100  # targets per group (the recipe's 16,384 would give these small tasks one group per pass)
@@ -111,10 +111,4 @@ def test_run_batched_equals_per_user(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_tasks_equal_cpu_lstm(tasks):
-    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
-    cpu = fit_batched(trains)
-    gpu = fit_batched(trains, device="cuda")
-    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
-        assert np.abs(a - b).max() < 1e-6
-    for i in range(len(trains)):
-        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < 1e-6
+    assert_cuda_equals_cpu(fit_batched, tasks)

@@ -54,6 +54,17 @@ def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
+def assert_cuda_equals_cpu(fit, tasks, tol: float = 1e-6) -> None:
+    """The batched fit `fit(trains, device=...)` on CUDA against the CPU: every prediction (NaN where both are) and
+    every task's weights within tol (the NN-17, LSTM and Transformer batched trainers' CUDA tests)."""
+    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
+    cpu, gpu = fit(trains), fit(trains, device="cuda")
+    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
+        assert np.array_equal(np.isnan(a), np.isnan(b)) and np.nanmax(np.abs(a - b)) < tol
+    for i in range(len(trains)):
+        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < tol
+
+
 # ----------------------------------------------------------------------------------------------- the trainer
 
 def test_gru_step_equals_nn_gru():

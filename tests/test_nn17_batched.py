@@ -16,7 +16,7 @@ from config import RunConfig
 from models import neural_batched, neural_seq
 from models.nn17 import NN17
 from models.nn17_batched import StackedNN17
-from test_neural_batched import check_tasks, max_diff, no_per_user_fallback, run_rows
+from test_neural_batched import assert_cuda_equals_cpu, check_tasks, max_diff, no_per_user_fallback, run_rows
 
 torch.set_num_threads(1)
 
@@ -122,10 +122,4 @@ def test_chunk_of_a_per_user_config_runs_batched(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_tasks_equal_cpu_nn17(tasks):
-    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
-    cpu = fit_batched(trains)
-    gpu = fit_batched(trains, device="cuda")
-    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
-        assert np.nanmax(np.abs(a - b)) < 1e-6
-    for i in range(len(trains)):
-        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < 1e-6
+    assert_cuda_equals_cpu(fit_batched, tasks)

@@ -15,7 +15,7 @@ from models import transformer_batched
 from models.neural_batched import torch_model
 from models.torch_rng import BernoulliStream, portable_bernoulli
 from models.transformer import Transformer, draw_masks, fit_compiled, predict_compiled
-from test_neural_batched import check_tasks, max_diff, no_per_user_fallback, run_rows
+from test_neural_batched import assert_cuda_equals_cpu, check_tasks, max_diff, no_per_user_fallback, run_rows
 
 torch.set_num_threads(1)
 CFG = RunConfig(algo="Transformer")
@@ -116,10 +116,4 @@ def test_diverged_task_sends_its_chunk_to_the_per_user_path(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_tasks_equal_cpu_transformer(tasks):
-    trains, tests = [tr for tr, _ in tasks], [te for _, te in tasks]
-    cpu = fit_batched(trains)
-    gpu = fit_batched(trains, device="cuda")
-    for a, b in zip(cpu.predict(tests), gpu.predict(tests)):
-        assert np.abs(a - b).max() < 1e-6
-    for i in range(len(trains)):
-        assert max_diff(cpu.state_dict(i), gpu.state_dict(i)) < 1e-6
+    assert_cuda_equals_cpu(fit_batched, tasks)
