@@ -101,14 +101,13 @@ def test_batched_tasks_equal_fit_cards_alone(name, tasks):
     assert worst_w < 1e-6 and worst_p < 1e-6
 
 
-def solo_by_hand(name: str, train, n_epoch: int):
+def per_target_reference(net, train, n_epoch: int, opt, after_step=None):
     """An independent reference for one task: the same groups of targets (fit_cards' schedule), each target's own
-    padded history through torch's nn.GRU (forward_batch), torch.optim.AdamW + CosineAnnealingLR, float64."""
-    net = pretrained64(name)
+    padded history through the torch module's forward_batch, stepped by `opt` + CosineAnnealingLR in float64;
+    after_step (e.g. a clipper) runs after every step. Returns net, trained in place."""
     cards = neural_seq.CardSet(net, train, train.rows["seq_pos"].to_numpy() <= 64)
     generator = torch.Generator().manual_seed(neural_seq.SHUFFLE_SEED)
     n_groups = len(cards.batches(512, np.arange(cards.n_cards)))
-    opt = torch.optim.AdamW(net.parameters(), lr=net.lr, weight_decay=net.wd)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_groups * n_epoch)
     for _ in range(n_epoch):
         for group in cards.batches(512, torch.randperm(cards.n_cards, generator=generator).numpy()):
@@ -118,7 +117,16 @@ def solo_by_hand(name: str, train, n_epoch: int):
             F.binary_cross_entropy(net.forward_batch(b), b.y, reduction="sum").backward()
             opt.step()
             sched.step()
+            if after_step is not None:
+                after_step()
     return net
+
+
+def solo_by_hand(name: str, train, n_epoch: int):
+    """per_target_reference for the GRU family: torch's nn.GRU, torch.optim.AdamW."""
+    net = pretrained64(name)
+    opt = torch.optim.AdamW(net.parameters(), lr=net.lr, weight_decay=net.wd)
+    return per_target_reference(net, train, n_epoch, opt)
 
 
 @pytest.mark.parametrize("name", ["GRU-P", "GRU"])

@@ -7,16 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import pipeline
-import training
 from check_users import CHECK
 from config import RunConfig
 from models import neural_batched, neural_seq
 from models.nn17 import NN17
 from models.nn17_batched import StackedNN17
-from test_neural_batched import assert_cuda_equals_cpu, check_tasks, max_diff, no_per_user_fallback, run_rows
+from test_neural_batched import (assert_cuda_equals_cpu, check_tasks, max_diff, no_per_user_fallback,
+                                 per_target_reference, run_rows)
 
 torch.set_num_threads(1)
 
@@ -71,20 +70,8 @@ def test_batched_task_equals_per_target_torch_reference(tasks):
     train = tasks[0][0]
     stacked = fit_batched([train])
     net = pretrained64()
-    cards = neural_seq.CardSet(net, train, train.rows["seq_pos"].to_numpy() <= 64)
-    generator = torch.Generator().manual_seed(neural_seq.SHUFFLE_SEED)
-    n_groups = len(cards.batches(512, np.arange(cards.n_cards)))
-    opt = torch.optim.Adam(net.parameters(), lr=net.lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_groups * NN17.n_epoch)
-    for _ in range(NN17.n_epoch):
-        for group in cards.batches(512, torch.randperm(cards.n_cards, generator=generator).numpy()):
-            rows = train.subset(np.sort(group.t_row))
-            (b,) = training.make_batches(rows, np.ones(len(rows)), len(rows), 64, dtype=torch.float64)
-            opt.zero_grad()
-            F.binary_cross_entropy(net.forward_batch(b), b.y, reduction="sum").backward()
-            opt.step()
-            sched.step()
-            net.clip_params_()
+    per_target_reference(net, train, NN17.n_epoch, torch.optim.Adam(net.parameters(), lr=net.lr),
+                         after_step=net.clip_params_)
     assert max_diff(stacked.state_dict(0), net.state_dict()) < 1e-10
 
 
