@@ -579,7 +579,7 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
-N_W20, N_W80, N_W1 = 44, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
+N_W20, N_W80, N_W1 = 43, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
 N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward names them)
 
 
@@ -712,7 +712,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
-    v2r, gv2 = w20[42, :m], w20[43, :n]  # v2 at the read rows; dL/dv2 at every row
+    v2r, gv2 = w20[41, :m], w20[42, :n]  # v2 at the read rows; dL/dv2 at every row
     g1, g2, tmp80, dg = w80[0, :n], w80[1, :n], w80[2, :n], w80[3, :n]
     hu = flat(w80[2])[:n * 2 * H].reshape((n, 2 * H))  # lstm_backward's [h_prev | u] (tmp80 serves the forward only)
     rs1, rsu1, rsu2, rsm0, rsm3, rsf0 = w1[0, :n], w1[1, :n], w1[2, :n], w1[3, :m], w1[4, :m], w1[5, :m]
