@@ -201,9 +201,6 @@ def exp32(x):
 
 # --------------------------------------------------------- the Transformer's (models/transformer_kernels.py)
 
-_TF_LOG2E = 1.4426950408889634
-_TF_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k·_TF_LN2_HI is exact for |k| < 2¹¹ (Cody–Waite)
-_TF_LN2_LO = 1.90821492927058770002e-10
 _TF_EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept normal
 
 
@@ -212,8 +209,8 @@ def exp_nonpos1(x):
     """One value of exp_nonpos (below), for loops that vectorise across other axes (the Transformer's lane kernel,
     models/transformer_lanes.py): the same operations, so the same result."""
     v = _TF_EXP_FLOOR if x < _TF_EXP_FLOOR else x
-    k = np.floor(v * _TF_LOG2E + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
-    r = (v - k * _TF_LN2_HI) - k * _TF_LN2_LO
+    k = np.floor(v * _INV_LN2 + 0.5)  # an integer in [−1022, 0], as a float: vroundpd, no int64 conversion
+    r = (v - k * _LN2_HI) - k * _LN2_LO
     p = 1.0 / 6227020800.0
     p = p * r + 1.0 / 479001600.0
     p = p * r + 1.0 / 39916800.0
@@ -324,8 +321,6 @@ _MIN_NORMAL = 2.2250738585072014e-308
 _LG1, _LG2, _LG3, _LG4 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, \
     2.222219843214978396e-01
 _LG5, _LG6, _LG7 = 1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01
-_LOG_LN2_HI = 6.93147180369123816490e-01  # ln 2 in two parts: k·_LOG_LN2_HI is exact for |k| < 2^11
-_LOG_LN2_LO = 1.90821492927058770002e-10
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -346,7 +341,7 @@ def _log_core(x):
     w = z * z
     t1 = w * (_LG2 + w * (_LG4 + w * _LG6))
     t2 = z * (_LG1 + w * (_LG3 + w * (_LG5 + w * _LG7)))
-    return s * (hfsq + (t2 + t1)) + k * _LOG_LN2_LO - hfsq + f + k * _LOG_LN2_HI
+    return s * (hfsq + (t2 + t1)) + k * _LN2_LO - hfsq + f + k * _LN2_HI
 
 
 @njit(cache=True, inline="always", error_model="numpy")
