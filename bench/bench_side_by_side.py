@@ -42,6 +42,7 @@ import argparse
 import json
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -180,13 +181,18 @@ def bench_model(model: str, program: list[str], a, tmp: Path, work: Path | None)
         pairs = list(zip(runs["ours"], runs["upstream"]))
         out["ratio"] = statistics.median(o[0] / u[0] for o, u in pairs)
         out["cpu_ratio"] = statistics.median(o[1] / u[1] for o, u in pairs)
-        out["check"] = compare_results(next((tmp / "ours-result").glob("*.jsonl")),
-                                       next((work / "result").glob("*.jsonl")))
+        ours_file, theirs_file = next((tmp / "ours-result").glob("*.jsonl")), next((work / "result").glob("*.jsonl"))
+        out["check"] = compare_results(ours_file, theirs_file)
+        if a.keep:  # both sides' result lines, for a per-user look
+            a.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ours_file, a.keep / f"{model}-ours.jsonl")
+            shutil.copyfile(theirs_file, a.keep / f"{model}-upstream.jsonl")
     return out
 
 
 def compare_results(ours: Path, theirs: Path) -> str:
-    """'sizes equal, LogLoss a vs b' over the users both sides evaluated, or which users' sizes differ."""
+    """'sizes equal, LogLoss a vs b, per user ≤ d' over the users both sides evaluated (d: the largest per-user
+    Log Loss difference: means can agree while users do not), or which users' sizes differ."""
     def load(path):
         return {d["user"]: d for d in map(json.loads, path.read_text().splitlines()) if d.get("metrics")}
 
@@ -198,7 +204,8 @@ def compare_results(ours: Path, theirs: Path) -> str:
                f"only upstream {sorted(set(b) - set(a))[:5]}"
     la = statistics.mean(a[u]["metrics"]["LogLoss"] for u in users)
     lb = statistics.mean(b[u]["metrics"]["LogLoss"] for u in users)
-    return f"{len(users)} users, sizes equal; LogLoss {la:.4f} vs {lb:.4f}"
+    worst = max(abs(a[u]["metrics"]["LogLoss"] - b[u]["metrics"]["LogLoss"]) for u in users)
+    return f"{len(users)} users, sizes equal; LogLoss {la:.4f} vs {lb:.4f}, per user ≤ {worst:.1e}"
 
 
 def main(argv=None) -> None:
@@ -216,6 +223,8 @@ def main(argv=None) -> None:
                     help="upstream's program and flags instead of UPSTREAM_COMMANDS' (e.g. 'other.py --model FSRS-5 "
                          "--dry' where script.py --dry fails with fsrs-optimizer 5.7.3); for every row in --models")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each side (after one untimed run of ours)")
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="copy each row's two result files (last run) to DIR/<row>-ours.jsonl and <row>-upstream.jsonl")
     ap.add_argument("--upstream-warmup", action="store_true", help="an untimed run of upstream's side first too")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="srs-bench-side-") as tmp_name:

@@ -4,7 +4,10 @@
     python bench/upstream_check.py --models HLR,ACT-R --out check.md
 
 For each model: `size` per user (must be equal) and Log Loss per user from the default (fast) trainer, from
-`--trainer upstream` (trainable models), and upstream's. Runs the real command line into a temporary result folder.
+`--trainer upstream` (trainable models), from upstream's code run on a CPU without AVX-512
+(upstream-results-no-avx512.json, where recorded: the trainers that sort rows with numpy 1.26's quicksort, whose tie
+order is the CPU's; ours follow this CPU's, models/legacy_sort.py) and the published ones. Runs the real command line
+into a temporary result folder.
 """
 
 from __future__ import annotations
@@ -43,14 +46,17 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     a = ap.parse_args(argv)
     upstream = json.loads((a.data / "upstream-results.json").read_text())
+    no_avx512_file = a.data / "upstream-results-no-avx512.json"
+    no_avx512 = json.loads(no_avx512_file.read_text()) if no_avx512_file.exists() else {}
     names = a.models.split(",") if a.models else [m for m in upstream if m in models.REGISTRY]
     missing = [m for m in names if m not in upstream]
     if missing:
         print(f"no upstream results for {', '.join(missing)} in {a.data / 'upstream-results.json'}; skipped",
               file=sys.stderr)
         names = [m for m in names if m in upstream]
-    rows = ["| model | user | size ours / upstream | Log Loss: ours (fast) | ours (`--trainer upstream`) | upstream |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| model | user | size ours / upstream | Log Loss: ours (fast) | ours (`--trainer upstream`) | "
+            "upstream's code without AVX-512 | upstream (published) |",
+            "|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             fast = run(name, [], a.data, Path(tmp))
@@ -60,7 +66,9 @@ def main(argv=None) -> None:
                 up_ll = ref["metrics"]["LogLoss"]
                 cells = [name, user, f"{ours['size'] if ours else '—'} / {ref['size']}",
                          f"{ours['metrics']['LogLoss']:.6f}" if ours else "—",
-                         f"{slow[user]['metrics']['LogLoss']:.6f}" if slow and user in slow else "—", f"{up_ll:.6f}"]
+                         f"{slow[user]['metrics']['LogLoss']:.6f}" if slow and user in slow else "—",
+                         f"{no_avx512[name][user]['metrics']['LogLoss']:.6f}" if user in no_avx512.get(name, {}) else "—",
+                         f"{up_ll:.6f}"]
                 rows.append("| " + " | ".join(cells) + " |")
                 print(rows[-1], flush=True)
     if a.out:

@@ -17,8 +17,8 @@ Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length 
   time-ordered rows (models/legacy_sort.py; numpy >= 2 would leave them in place). The fast trainer replays exactly
   that: the rows in numpy 1.26's order, cut every 512, the batches in torch.randperm order (seed 2023), Adam with
   the cosine schedule, and the best of the full-set losses before every epoch and after the last (seq_engine's
-  batching "length" with equal_lengths, sort_kind NUMPY126, check_every_epoch). `--trainer upstream` keeps the rows
-  in time order (numpy >= 2's quicksort of equal keys).
+  batching "length" with equal_lengths, sort_kind NUMPY126, check_every_epoch). `--trainer upstream` sorts its rows
+  the same way (SeqModel.batch_sort).
   Why (issue #19): the fast trainer used to train on shuffled whole-card batches and keep the better of the initial
   and the final weights only. Side by side with upstream's own January-2025 code on the 36 simulated users (sizes
   equal), mean Log Loss ours vs upstream went from DASH-short 0.3610 vs 0.3581, DASH 0.3468 vs 0.3459, DASH[MCM]
@@ -315,7 +315,8 @@ class DASH(SeqModel):
             from models.history_torch import DASHNet, history_features
 
             net = DASHNet(w_init, self.decay, history_features(train, self.decay), dtype=self.torch_dtype)
-            # every row, batched in time order: one-review "histories" make training.py's length sort a no-op
+            # every row: one-review "histories" give every row the same sort key, which batch_sort's tie order
+            # (numpy 1.26's quicksort) permutes as upstream's did
             rows = train.rows.copy()
             rows["seq_pos"] = 1
             training.train(net, ReviewData(rows, train.seq_delta_t, train.seq_rating), self.cfg, lr=self.lr,

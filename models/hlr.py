@@ -30,7 +30,7 @@ still costs is upstream's checkpoint rule: the full-set loss before every epoch 
 as dear per target as a gradient pass). The batching stays "length-shared" (a card's targets within one batch summed
 together, card order): the gradient's summation order, hence every bit of the result, is the one it had when the
 items replayed cards. The upstream-style trainer
-(`--trainer upstream`, torch) keeps the time order; `--trainer autograd` keeps the engine's whole-card batches.
+(`--trainer upstream`, torch) sorts its rows the same way (SeqModel.batch_sort); `--trainer autograd` keeps the engine's whole-card batches.
 On the upstream-check users upstream's own code run here gives 0.298717 / 0.155615, which the fast trainer now
 reproduces; the published reference (0.306259 / 0.155947) came from another machine (numpy with AVX-512 sorts
 with another tie order).
@@ -189,8 +189,9 @@ class HLR(SeqModel):
             from models.seq_torch import HLRNet
 
             net = HLRNet(w_init, count_features(train), dtype=self.torch_dtype)
-            # every row gets the same nominal history length, so the trainer's stable length sort keeps the time
-            # order, as upstream's sort on len(tensor) == 2 does; the net reads the real features by row position
+            # every row gets the same nominal history length, as upstream's sort on len(tensor) == 2 sees them, and
+            # batch_sort's tie order (numpy 1.26's quicksort) permutes the time-ordered rows as upstream's did; the
+            # net reads the real features by row position
             flat = ReviewData(train.rows.assign(seq_pos=1), train.seq_delta_t, train.seq_rating)
             training.train(net, flat, cfg, lr=self.lr, sort_kind=self.batch_sort, dtype=self.torch_dtype)
             w = net.w.detach().double().numpy()

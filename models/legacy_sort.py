@@ -17,8 +17,12 @@ at every partition, so DASH's and HLR's sorts never get there); it sorts correct
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import njit
+
+TIE_ORDER_ENV = "SRS_BENCH_TIE_ORDER"  # "generic": this module's order on every CPU (machine-independent results)
 
 SMALL_QUICKSORT = 15  # numpy's cut-over: a range is partitioned while pr − pl > 15 (17 or more elements)
 
@@ -134,3 +138,24 @@ def argsort_numpy126(v):
         dp -= 1
         cdepth = depths[dp]
     return tosort
+
+
+def numpy_sorts_with_avx512() -> bool:
+    """Whether numpy hands 64-bit argsort to x86-simd-sort's AVX-512 routine on this CPU (numpy >= 1.25 does where
+    the CPU has AVX512_SKX): then numpy 1.26 ran that routine too, and numpy's own quicksort here gives its order."""
+    return bool(np._core._multiarray_umath.__cpu_features__.get("AVX512_SKX", False))
+
+
+def upstream_argsort(key: np.ndarray) -> np.ndarray:
+    """numpy 1.26's np.argsort(key, kind="quicksort") as upstream's pinned numpy ran it on THIS CPU: numpy's own
+    argsort on CPUs with AVX-512 (the same x86-simd-sort routine; with it upstream-check's published numbers, which
+    came from such a CPU, were reproduced exactly), argsort_numpy126 elsewhere (checked against upstream's code run
+    on an AVX2 CPU: equal on every user). So a row equals upstream's code run on the same machine, as upstream's own
+    numbers depend on the machine; SRS_BENCH_TIE_ORDER=generic takes argsort_numpy126 on every CPU instead (one
+    order on a cluster of mixed CPUs)."""
+    choice = os.environ.get(TIE_ORDER_ENV, "cpu")
+    if choice not in ("cpu", "generic"):
+        raise ValueError(f"{TIE_ORDER_ENV}={choice!r}: expected 'cpu' (the default) or 'generic'")
+    if choice == "cpu" and numpy_sorts_with_avx512():
+        return np.argsort(np.asarray(key, dtype=np.int64), kind="quicksort")
+    return argsort_numpy126(np.ascontiguousarray(key, dtype=np.int64))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from models.base import InadequateData, Model, ReviewData
-from models.seq_engine import SeqEngine
+from models.seq_engine import NUMPY126, SeqEngine
 
 if TYPE_CHECKING:
     import training
@@ -47,10 +47,13 @@ class SeqModel(Model):
     sigma: list[float] | None = None  # L2 prior widths (None: no prior)
     frozen: tuple[int, ...] = ()  # indices whose gradient is zeroed during training
     lr: float = 4e-2
-    # Order of equal-length rows in the upstream-style trainer's batches: the upstream-check numbers of every
-    # `other.py` model (January 2025) come from a pandas sort that was not stable (numpy quicksort); with it the
-    # upstream-style trainer reproduces them to the 6th decimal (tests/test_fsrs_v123.py).
-    batch_sort: str = "quicksort"
+    # Order of equal-length rows in upstream's target batches (the upstream-style trainer's, and the fast trainer's
+    # with engine_batching "length"/"length-shared": ACT-R, DASH[ACT-R]): the numbers of every January-2025
+    # `other.py` model and of fsrs-optimizer 5.x come from a pandas sort that was not stable (numpy 1.26's
+    # quicksort), whose tie order depends on the CPU; NUMPY126 is that order on this CPU
+    # (models/legacy_sort.upstream_argsort), so these trainers equal upstream's code run on the same machine
+    # (tests/check_users.py: upstream_value).
+    batch_sort: str = NUMPY126
     # Mini-batches of the fast trainer: "cards" (one pass per card) or "length" (upstream's target batches, for
     # models whose 5 epochs stop far from convergence, where the batches decide where training ends), or
     # "length-shared" (the same batches, a card's targets within one batch replayed together: seq_engine).

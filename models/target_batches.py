@@ -52,7 +52,9 @@ def target_batches(data: ReviewData, weights: np.ndarray, batch_size: int, max_s
     keep = np.flatnonzero(lengths <= max_seq_len)
     if len(keep) == 0:
         raise InadequateData("every training row's history is longer than max_seq_len")
-    order = keep[np.argsort(lengths[keep], kind=sort_kind)]
+    from models.seq_engine import argsort
+
+    order = keep[argsort(lengths[keep], sort_kind)]
     starts = rows["seq_start"].to_numpy(np.int64)
     delta_t = rows["delta_t"].to_numpy(np.float64)
     y = rows["y"].to_numpy(np.float64)

@@ -1,6 +1,14 @@
 """Fixtures shared by the model tests: the upstream-check users' features (tests/check_users.py), built once."""
 
+import os
+
 import pytest
+
+from models.legacy_sort import TIE_ORDER_ENV
+
+# numpy 1.26's generic tie order on every CPU (not the AVX-512 one, where the CPU has it): the same numbers on every
+# machine, and the order of UPSTREAM_NO_AVX512 (tests/check_users.py); set before any worker process starts
+os.environ[TIE_ORDER_ENV] = "generic"
 
 from check_users import check_features
 

@@ -7,6 +7,8 @@ script.py (other.py's --model, --short, --dry; script.py's --partitions, --recen
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import rows
@@ -116,3 +118,17 @@ def test_sim_decks_tables():
     assert decks["preset_id"].between(0, 2).all()
     again, _ = user_tables(card_ids, seed=7)
     assert again.equals(cards)
+
+
+def test_compare_results_reports_means_and_the_worst_user(tmp_path):
+    def write(path, rows):
+        path.write_text("".join(json.dumps({"user": u, "size": n, "metrics": {"LogLoss": ll}}) + "\n"
+                                for u, n, ll in rows))
+
+    ours, theirs = tmp_path / "ours.jsonl", tmp_path / "theirs.jsonl"
+    write(ours, [(1, 10, 0.30), (2, 20, 0.50)])
+    write(theirs, [(1, 10, 0.31), (2, 20, 0.49)])  # means equal (0.40), each user 0.01 apart
+    assert sbs.compare_results(ours, theirs) == \
+        "2 users, sizes equal; LogLoss 0.4000 vs 0.4000, per user ≤ 1.0e-02"
+    write(theirs, [(1, 10, 0.31), (2, 21, 0.49)])
+    assert sbs.compare_results(ours, theirs).startswith("DIFFERENT users/sizes: [2]")

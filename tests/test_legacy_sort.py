@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models import legacy_sort
 from models.legacy_sort import argsort_numpy126
 from models.seq_engine import NUMPY126, argsort
 
@@ -73,3 +74,21 @@ def test_engine_argsort_dispatch():
     keys = np.zeros(42, dtype=np.int64)
     assert argsort(keys, NUMPY126).tolist() == NUMPY_1_26_4[42]
     assert argsort(keys, "stable").tolist() == list(range(42))
+
+
+def test_upstream_argsort_follows_the_cpu_unless_pinned(monkeypatch):
+    """numpy 1.26 ran x86-simd-sort where the CPU has AVX-512 (numpy's own argsort there gives that order) and the
+    generic introsort elsewhere; SRS_BENCH_TIE_ORDER=generic pins the introsort on every CPU."""
+    keys = np.zeros(42, dtype=np.int64)
+    native = np.argsort(keys, kind="quicksort").tolist()
+    monkeypatch.setattr(legacy_sort, "numpy_sorts_with_avx512", lambda: True)
+    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "cpu")
+    assert legacy_sort.upstream_argsort(keys).tolist() == native
+    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "generic")
+    assert legacy_sort.upstream_argsort(keys).tolist() == NUMPY_1_26_4[42]
+    monkeypatch.setattr(legacy_sort, "numpy_sorts_with_avx512", lambda: False)
+    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "cpu")
+    assert legacy_sort.upstream_argsort(keys).tolist() == NUMPY_1_26_4[42]
+    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "avx512")
+    with pytest.raises(ValueError, match="SRS_BENCH_TIE_ORDER"):
+        legacy_sort.upstream_argsort(keys)
