@@ -53,6 +53,23 @@ The two trainers:
   way, so no order at 1e-16 is upstream's); the divergence check's evaluation of those windows too (without
   dropout). That user's CPU 1.35× less (in one process, alternating); the row's projection 4.6-5.1 -> 3.3-3.6
   CPU-hours (paired runs).
+  Where a user's CPU went next (issue #19; a 45k-review simulated user, the parts timed in one process after a
+  warm-up user): the lane kernel's training passes ≈ 48%, the dropout masks' draw ≈ 18% (their transposes to the
+  lane layout another 4%), the per-target kernel ≈ 13% (training windows over 20, prediction), the divergence
+  check's evaluation ≈ 7%, prediction ≈ 7%, set-up and the shared pipeline the rest; a small sim36 user (3k
+  targets) in similar shares. Then, with every fitted weight and prediction bit-identical to before (embedded users,
+  sim36 1-6 and 14, the 45k user): the stream's tempering two words a lane (torch_rng; draws 1.51 -> 1.04 ns)
+  and no evaluation pass where the final weights bound every value (`evaluates_finite`). Paired against the
+  version before (separate processes alternated five times, each the median of its repetitions after a warm-up
+  user; CPU time, a 2-core machine shared with other jobs): the 45k-review user 0.834 -> 0.646 s (medians; the
+  pairs' ratios 1.10-1.31, median 1.29x), 8 sim36 users (1-6, 14, 20) 0.391 -> 0.314 s (ratios 0.85-1.52, median
+  1.38x, noisier); the row's projection (bench_executors.py project, old and new back to back, three pairs)
+  3.72 / 3.40 / 3.07 -> 3.37 / 2.69 / 2.84 CPU-hours (medians 3.40 -> 2.84, 1.2x; the pairs 1.10, 1.26, 1.08x).
+  Tried and not kept: the masks written from the stream's fill straight to the lane layout by one compiled pass
+  (its strided byte copies lose to numpy's transposes beyond windows of ~6: 40 vs 56 µs a batch at L = 2, equal
+  at 6, 1.3x slower at 14). What is left changes rounding, and this model's AUC follows any rounding change
+  through near-ties (above) further than the 1e-5 its result lines are held to: float32 (upstream's precision),
+  the lane kernel for prediction or longer windows, vectorised cross-attention exps, another lane count.
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)
@@ -69,7 +86,7 @@ from models.card_net import SHUFFLE_SEED, TORCH_SEED, FlatNet, LazyClass, Neural
 from models.kernel_math import adam_step, cosine_lr
 from models.target_batches import check_diverged, pad_histories, target_batches
 from models.torch_rng import BernoulliStream, TorchGenerator, portable_bernoulli
-from models.transformer_kernels import DROPOUT, KEEP_SCALE, PARAMS, batch_loss
+from models.transformer_kernels import D_NF, DROPOUT, FC, KEEP_SCALE, PARAMS, batch_loss
 from models.transformer_lanes import LANES_MAX_WINDOW, batch_loss_lanes, lane_masks, no_dropout
 
 PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
@@ -138,6 +155,43 @@ def kernel_batch(theta: np.ndarray, t: np.ndarray, g: np.ndarray, lengths: np.nd
     return loss, p
 
 
+# evaluates_finite's limits: weights and inputs this small keep every value of the forward pass finite (docstring)
+_THETA_MAX, _INPUT_MAX, _HEAD_MAX = 1e3, 1e5, 700.0
+
+
+def history_bound(data: ReviewData) -> float:
+    """The largest |value| any training window can hold: every interval and rating of the user's histories (NaN
+    if one is NaN)."""
+    t, g = data.seq_delta_t, data.seq_rating
+    return float(max(np.abs(t).max(initial=0.0), np.abs(g).max(initial=0)))
+
+
+def evaluates_finite(theta: np.ndarray, input_max: float) -> bool:
+    """True when the training set's evaluation with weights `theta` (no dropout) is finite whatever its windows,
+    so that check_diverged's evaluation (only NaN or not matters to it) can be skipped; False means: evaluate.
+    Why it holds, with every weight finite and |θ| <= 1e3, every input |t|, |g| <= 1e5 days (`input_max`),
+    windows of at most max_seq_len (64): the in-projection gives |q|, |k|, |v| <= 2·1e8 + 1e3, so a score q·k is
+    below 4.1e16 and the softmax's shift max q·k, rounded (and the scores contracted to fused multiply-adds), is
+    off by at most 4.1e16·2⁻⁵³ < 4.6: its largest exp is at least e^−4.6, Σ exps > 0, and a head's output at most
+    64·e^4.6·|v| < 1.3e12 (a convex combination of the values but for that rounding; it is what limits the inputs
+    and weights: at |q·k| ~ 1e36 the shift's rounding alone underflowed every exp of a one-key window here); a
+    linear layer multiplies a bound by at most 2·1e3 and adds 1e3, so the largest value before a LayerNorm (the
+    residual after the self-attention) is below 3e15 and its square below 1e31; a LayerNorm over 2 features
+    outputs x̂ = ±d/√(d² + ε), |x̂| <= 1 (up to rounding), i.e. |γ| + |β| at most (<= 2e3), so every later value
+    is a bounded polynomial in the weights (the cross-attention's scores below 2e13, shifted within 0.01; the
+    rest below 1e12). The head: z = fc·out + b with out the decoder's final LayerNorm, |z| <= Σ|fc_k|·(|γ_k| +
+    |β_k|) + |b|; when that is <= 700, S = exp(z) is finite and > 0 (no ZeroDivisionError), 1 + F·Δt/S is >= 1
+    (inf at most), p = base^(-1/2) is in [0, 1] and the clamped BCE finite. So the final weights' evaluation, the
+    first check_diverged makes, would return a finite loss: the same outcome without the pass (on a 45k-review
+    user ~7% of its CPU; fine-tuned weights stay within a few units of the pretrained ones and intervals are days,
+    so the limits hold for real users). tests/test_transformer_divergence.py evaluates at those limits."""
+    if not np.isfinite(theta).all() or not (input_max <= _INPUT_MAX) or not (np.abs(theta).max() <= _THETA_MAX):
+        return False
+    head = (abs(theta[FC]) * (abs(theta[D_NF]) + abs(theta[D_NF + 2]))
+            + abs(theta[FC + 1]) * (abs(theta[D_NF + 1]) + abs(theta[D_NF + 3])) + abs(theta[FC + 2]))
+    return bool(head <= _HEAD_MAX)
+
+
 def fit_compiled(net, data: ReviewData, cfg, *, n_epoch: int, lr: float | None = None) -> None:
     """neural_seq.fit_upstream's recipe by the compiled kernel, in float64, on `net`'s weights (a TransformerFlat,
     or the torch module on the torch paths: anything with theta/set_theta/lr/wd): upstream's padded target batches
@@ -172,9 +226,10 @@ def fit_compiled(net, data: ReviewData, cfg, *, n_epoch: int, lr: float | None =
             step += 1
             adam_step(theta, grad, m, v, step, lr_t, 0.9, 0.999, 1e-8, net.wd)
     # (only NaN or not matters here, so short windows may go through the lane kernel: padded positions not
-    # collapsed, the same loss up to rounding)
-    check_diverged([theta] + starts,
-                   lambda th: sum(kernel_batch(th, *b, None, lanes_eval=True)[0] for b in batches) / n)
+    # collapsed, the same loss up to rounding; and no evaluation at all where the weights bound every value)
+    if not evaluates_finite(theta, history_bound(data)):
+        check_diverged([theta] + starts,
+                       lambda th: sum(kernel_batch(th, *b, None, lanes_eval=True)[0] for b in batches) / n)
     net.set_theta(theta)
     net.eval()
 
