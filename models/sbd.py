@@ -40,9 +40,12 @@ weights are those of the card loop and torch's optimizer up to rounding (raw wei
 tests/test_prefix_tree.py, tests/test_lbfgs.py): rounded to 4 decimals, they and the predictions were bit-identical
 on the embedded and six sim36 users (result lines identical). torch is still imported once per process (~2 s):
 this file is traced from its torch functions (models/traced.py).
-Not done: a step's grade-independent part (the recall at t, both branches' S') is the same for siblings taken at
-the same time and could be shared (the generated step would need splitting); predictions over a prefix tree of
-the test cards would save at most ~5 ms of the user's ~22 ms of predictions (the tree's build eats the rest).
+The lanes of the traced plug-in (models/traced_lanes.py, issue #19) serve Adam's mini-batches only: this L-BFGS
+runs its passes over the prefix tree with the scalar functions, so SBD's fit is unchanged by them (a lane form of
+the tree would take the nodes of one depth side by side). Not done: a step's grade-independent part (the recall
+at t, both branches' S') is the same for siblings taken at the same time and could be shared (the generated step
+would need splitting); predictions over a prefix tree of the test cards would save at most ~5 ms of the user's
+~22 ms of predictions (the tree's build eats the rest).
 
 Recency: the original always weights rows by recency, and upstream's published run passes --recency. Upstream's
 script gives --recency its FSRS-7 formula (0.0667 + 0.9333·(i/N)^11.25) only for FSRS-7; every other model,
