@@ -128,14 +128,14 @@ def exp_vec(x, out):
         out[i] = exp1(x[i])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def sigmoid_vec(x, out):
     """out[i] = 1 / (1 + exp(−x[i])) (as exp_vec: fast only with out apart from x)."""
     for i in range(len(x)):
         out[i] = sigmoid1(x[i])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def tanh_vec(x, out):
     """out[i] = tanh(x[i]) (as exp_vec: fast only with out apart from x)."""
     for i in range(len(x)):
