@@ -33,6 +33,43 @@ cards and the fixed cost of ~100 short loops per step is a large share (packing 
 would not cut the number of steps, which the group's longest card sets). Numba's slice assignment (a[i:j] = b[k:l])
 cost more than the arithmetic on such short slices: the copies here are explicit loops.
 
+Issue #19 (the whole table ≤ 50 CPU-hours). Profile of a fine-tune on the 45,000-review simulated user (its 5th
+fold, GRU-P: 49 groups an epoch × 16 epochs, each ~500 card steps over ~80 cards in ~24 lockstep steps, ≤ 4 cards
+on 31% of the steps), CPU time per card step, min of 15 rounds: before, forward ~165 ns (its 24 sigmoid / tanh
+alone ~100: vec_math's exp at ~3.8–5.1 ns a value), reverse ~145, targets, head and set-up ~75 (libm exp and log
+per target). Width sweeps (cards of equal length, 30 steps): ~0.6 µs forward and ~0.3 µs reverse a lockstep step
+plus ~110 and ~80 ns a card, narrow steps dearer (their loops run scalar); in real groups the per-card work was
+most of the time. What changed, each measured, all kept:
+- the forward sums each unit's three pre-activations over the 2 inputs and 8 (GRU: 2) previous states in
+  registers, one loop per unit innermost over the cards (`_forward_units`), the unit's weights held as tuples
+  (values, so no store in the loop can change them: read from arrays, LLVM needed more run-time overlap checks than
+  it allows and did not vectorise); `_weight_grads` holds a gate row's 2 + F + H sums in registers in one pass over
+  the cells; the reverse pass swaps its two dh buffers instead of copying and zeroing (from the unmerged branch
+  `grup`, whose forward this was; the sizes are constants through the tuples' lengths (ZEROS_8, ZEROS_2), so only
+  the GRU family's sizes compile, others are refused);
+- fused multiply-adds (fastmath "contract") in the recurrence and in vec_math's sigmoid_vec / tanh_vec (their
+  polynomial: 3.8 → 2.6 and 5.1 → 3.6 ns a value);
+- the head runs over all of a group's targets at once (`_heads`: vec_math's exp_vec and log_vec, several targets
+  per instruction, instead of libm one target at a time).
+Per card step now (same groups, both kernels in one process, min of 15 rounds): forward 165 → 110 ns, reverse 145
+→ 130, loss and gradient of a group 390 → 310, prediction only 230 → 155. Tried and not kept: d loss / d h_prev of
+each unit summed over all units in registers in one loop (24 terms a cell; 130 → 190 ns a card step for the
+reverse, slower than the 72 short loops it replaced, as the branch grup had found).
+Equality: a card's states are still bit-identical whichever cards share its group (tested); against the previous
+kernel, predictions within 2.2e-16 and gradients within 1e-15 (GRU-P) and 1.5e-14 (GRU) relative per group call,
+fine-tuned weights within 1.5e-12 after the 16 epochs (45,000-review user). Whole fine-tunes (that user's 5 folds,
+kernels alternating in one process, CPU time, median of 9 pairs): GRU-P 1.22×, GRU-P-short 1.20×, GRU 1.27×.
+Projected to 10,000 users (bench/bench_executors.py project, the previous kernel's tree and this one back to back,
+two pairs on the shared machine, CPU-hours): GRU-P 3.04 → 2.14 and 2.92 → 2.63, GRU-P-short 3.71 → 2.75 and 4.17 → 3.63, GRU 0.60 → 0.48 and
+0.74 → 0.54 (the second pair ran beside other jobs of this session). Result lines of GRU-P, GRU-P-short and GRU on
+the embedded data (3 users) and sim36 users 1–6: sizes and every metric identical at their printed 6 decimals.
+Not reached: the issue's 1.3× on the GRU-P rows in every pair. What is left: the 24 sigmoid / tanh (~65 ns of the
+forward's 110), the reverse pass's ~100 short loops a lockstep step, and the targets' set-up (~20 ns a card step:
+gathering, sorting, the strided logits). Not tried for lack of time: float32 (8 lanes, as the LSTM; it needs a
+--precision float64 reference and would likely move the result lines' last printed digits) and cards packed
+back to back into lanes of constant width (a first-fit packing of real groups into 16 lanes was not clearly faster
+in a cost-only mock-up on this noisy machine).
+
 The card layout is card_net.CardSet.layout() (models/card_fit.py describes it). Parameters are passed flat
 (w_ih, w_hh, b_ih, b_hh, fc_w, fc_b concatenated; `unflatten` makes the views).
 """
