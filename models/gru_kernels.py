@@ -60,15 +60,16 @@ kernel, predictions within 2.2e-16 and gradients within 1e-15 (GRU-P) and 1.5e-1
 fine-tuned weights within 1.5e-12 after the 16 epochs (45,000-review user). Whole fine-tunes (that user's 5 folds,
 kernels alternating in one process, CPU time, median of 9 pairs): GRU-P 1.22×, GRU-P-short 1.20×, GRU 1.27×.
 Projected to 10,000 users (bench/bench_executors.py project, the previous kernel's tree and this one back to back,
-two pairs on the shared machine, CPU-hours): GRU-P 3.04 → 2.14 and 2.92 → 2.63, GRU-P-short 3.71 → 2.75 and 4.17 → 3.63, GRU 0.60 → 0.48 and
-0.74 → 0.54 (the second pair ran beside other jobs of this session). Result lines of GRU-P, GRU-P-short and GRU on
-the embedded data (3 users) and sim36 users 1–6: sizes and every metric identical at their printed 6 decimals.
-Not reached: the issue's 1.3× on the GRU-P rows in every pair. What is left: the 24 sigmoid / tanh (~65 ns of the
-forward's 110), the reverse pass's ~100 short loops a lockstep step, and the targets' set-up (~20 ns a card step:
-gathering, sorting, the strided logits). Not tried for lack of time: float32 (8 lanes, as the LSTM; it needs a
---precision float64 reference and would likely move the result lines' last printed digits) and cards packed
-back to back into lanes of constant width (a first-fit packing of real groups into 16 lanes was not clearly faster
-in a cost-only mock-up on this noisy machine).
+three pairs on the shared, overloaded machine (load 6–10 on 2 cores), CPU-hours): GRU-P 3.04 → 2.14, 2.92 → 2.63,
+2.84 → 2.36; GRU-P-short 3.71 → 2.75, 4.17 → 3.63, 3.63 → 3.47; GRU 0.60 → 0.48, 0.74 → 0.54, 0.64 → 0.55 (the
+second pair ran beside other jobs of this session). Result lines of GRU-P, GRU-P-short and GRU on the embedded data
+(3 users) and sim36 users 1–6: sizes and every metric identical at their printed 6 decimals.
+Not reached: the issue's 1.3× on the GRU-P rows (1.2× by the paired fine-tunes). What is left: the 24 sigmoid /
+tanh (~65 ns of the forward's 110), the reverse pass's ~100 short loops a lockstep step, and the targets' set-up
+(~20 ns a card step: gathering, sorting, the strided logits). Not tried for lack of time: float32 (8 lanes, as the
+LSTM; it needs a --precision float64 reference and would likely move the result lines' last printed digits) and
+cards packed back to back into lanes of constant width (a first-fit packing of real groups into 16 lanes was not
+clearly faster in a cost-only mock-up on this noisy machine).
 
 The card layout is card_net.CardSet.layout() (models/card_fit.py describes it). Parameters are passed flat
 (w_ih, w_hh, b_ih, b_hh, fc_w, fc_b concatenated; `unflatten` makes the views).
