@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.gru_kernels import _gru_forward
+from models.gru_kernels import _gru_forward, _weight_grads
 from models.kernel_math import lockstep_plan
 from models.gru_torch import gru_sequences
 from models.vec_math import exp_vec, sigmoid_vec, tanh_vec
@@ -87,11 +87,13 @@ def test_a_sequence_in_lockstep_equals_it_alone_bit_for_bit(H):
         np.testing.assert_array_equal(states, lockstep_states([s], weights)[0])
 
 
-def test_lockstep_forward_and_reverse_equal_nn_gru_float64():
+@pytest.mark.parametrize("H", [8, 2])
+def test_lockstep_forward_and_reverse_equal_nn_gru_float64(H):
     """Sequences of lengths 0..9 from random (non-zero) initial states: outputs, and the gradients of every weight
-    and of h0 for a random loss, equal torch's own nn.GRU run on each sequence alone."""
+    and of h0 for a random loss, equal torch's own nn.GRU run on each sequence alone (GRU-P's 8 units and GRU's 2:
+    each size is compiled on its own)."""
     torch.manual_seed(0)
-    H, F = 8, 2
+    F = 2
     rnn = torch.nn.GRU(F, H).double()
     steps = np.array([3, 0, 9, 1, 9, 4, 7, 2], dtype=np.int64)
     L, C = int(steps.max()), len(steps)
@@ -117,3 +119,26 @@ def test_lockstep_forward_and_reverse_equal_nn_gru_float64():
     assert float(out.detach()[~mask.expand_as(out)].abs().max()) == 0.0
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_weight_grads_are_the_sums_over_cells():
+    """_weight_grads ADDS, per gate row, Σ over cells of the gate gradient (biases) and of it times each input and
+    each previous state, as numpy's matrix products compute them."""
+    H, F, S = 8, 2, 37
+    rng = np.random.default_rng(3)
+    d, xa, hp = rng.normal(size=(4 * H, S)), rng.normal(size=(F, S)), rng.normal(size=(H, S))
+    start = [rng.normal(size=shape) for shape in ((3 * H, F), (3 * H, H), (3 * H,), (3 * H,))]
+    gw_ih, gw_hh, gb_ih, gb_hh = (a.copy() for a in start)
+    _weight_grads((0.0,) * H, (0.0,) * F, d.ravel(), S, xa.ravel(), hp.ravel(), gw_ih, gw_hh, gb_ih, gb_hh)
+    rows_hh = np.r_[0:2 * H, 3 * H:4 * H]  # r, z and W_hn·h + b_hn: the hidden weights' gate gradients
+    np.testing.assert_allclose(gw_ih, start[0] + d[:3 * H] @ xa.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gw_hh, start[1] + d[rows_hh] @ hp.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb_ih, start[2] + d[:3 * H].sum(axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb_hh, start[3] + d[rows_hh].sum(axis=1), rtol=1e-12, atol=1e-12)
+
+
+def test_only_the_gru_family_sizes_compile():
+    w_ih, w_hh, b_ih, b_hh = random_gru(3, 2, seed=0)
+    A, base = lockstep_plan(np.array([2]))
+    with pytest.raises(ValueError, match="8 or 2 hidden units"):
+        _gru_forward(np.zeros(4), A, base, np.zeros(3), w_ih, w_hh, b_ih, b_hh, np.empty(6), np.empty(24))
