@@ -23,12 +23,24 @@ scalar core's (clamps pass it where min ≤ x ≤ max, torch.minimum splits it o
 and the 4-decimal rounding of FSRS-5's weights happen outside the trainer, unchanged.
 
 Results differ from the scalar kernel's by rounding only: exp1 / log1 / log1p1 within 1 ulp of libm, pow as
-exp(p·ln x), R by a division or square root instead of pow, the loss's ln R as −decay·ln(1 + x) (the scalar
-kernel's log(R) of a rounded R near 1 is the less accurate one), sums in another order, and fused multiply-adds
-(fastmath "contract", as FSRS-6's lanes). Tests: tests/test_fsrs_v4_lanes.py (loss and gradient within 1e-12 of
-the scalar kernel's for each version, central differences, the loops' AVX2 code without libm calls).
+exp(p·ln x), R by a division or square root instead of pow, the loss's −ln R as decay·ln(1 + x) and 1 − R without
+cancellation (_one_minus_curve), sums in another order, and fused multiply-adds (fastmath "contract", as FSRS-6's
+lanes). Against a 100-bit reference (mpmath, the equations written out plainly) the lanes' loss is within ~1e-15
+and their gradient ~1e-14 (random weights) to ~1e-13 (weights at the clamps), the scalar kernel's within ~1e-13
+and ~4e-13 to ~4e-12: near R = 1 its log(R) of a rounded R, and a forgotten target's 1/(1 − R) magnifying R's last
+bit. Tests: tests/test_fsrs_v4_lanes.py (each version against the scalar kernel within 1e-12 and against the
+reference, central differences, the clamps and caps reached, the engine's binding, the fit, the loops' AVX2
+code without libm calls).
 
-Measured: see the end of this docstring (filled in by the measurement commit).
+Measured (bench/bench_fsrs6_lanes.py --model M [--fit]; the 45k-review simulated user /tmp/big45, paired in one
+process against the scalar plug-in, which is main's code, CPU time, medians; the 2-core machine shared):
+loss+gradient per training state of one epoch's batches (last fold): FSRS-5 181 -> 82 ns (2.12x), FSRS-4.5
+275 -> 81 ns (3.2x), FSRS v4 310 -> 98 ns (3.0x): v4 and 4.5's scalar step pays pow for R and exp(w8) per
+review, the lanes a square root or a division and e^{w8} once. The 5-fold fit (Adam and its objective passes, S0
+not timed): FSRS-5 112 -> 52 ms (2.11x), FSRS-5-recency 106 -> 51 ms (2.10x), FSRS-4.5 127 -> 45 ms (3.04x),
+FSRS v4 85 -> 35 ms (2.39x); fitted weights within 2e-15 of the scalar fit's. Result lines (sizes, metrics,
+parameters) identical to main's for FSRSv4, FSRS-4.5, FSRS-5, -recency, -disable_short_term and -binary on the
+embedded data, and FSRSv4, FSRS-4.5, FSRS-5, -recency on sim36 users 1-6.
 """
 
 from __future__ import annotations
