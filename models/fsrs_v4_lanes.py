@@ -40,7 +40,10 @@ review, the lanes a square root or a division and e^{w8} once. The 5-fold fit (A
 not timed): FSRS-5 112 -> 52 ms (2.11x), FSRS-5-recency 106 -> 51 ms (2.10x), FSRS-4.5 127 -> 45 ms (3.04x),
 FSRS v4 85 -> 35 ms (2.39x); fitted weights within 2e-15 of the scalar fit's. Result lines (sizes, metrics,
 parameters) identical to main's for FSRSv4, FSRS-4.5, FSRS-5, -recency, -disable_short_term and -binary on the
-embedded data, and FSRSv4, FSRS-4.5, FSRS-5, -recency on sim36 users 1-6.
+embedded data, and FSRSv4, FSRS-4.5, FSRS-5, -recency on sim36 users 1-6. Whole users (bench/bench_executors.py
+project, main's tree and this one back to back, twice; CPU-hours for 10,000 users): FSRS-5 0.78 -> 0.50 and
+0.61 -> 0.47, FSRS-4.5 0.78 -> 0.41 and 0.58 -> 0.30 (S0, features and predictions unchanged; the machine's load
+moved main's own figures by a quarter between the runs).
 """
 
 from __future__ import annotations
