@@ -42,8 +42,8 @@ FSRS v4 85 -> 35 ms (2.39x); fitted weights within 2e-15 of the scalar fit's. Re
 parameters) identical to main's for FSRSv4, FSRS-4.5, FSRS-5, -recency, -disable_short_term and -binary on the
 embedded data, and FSRSv4, FSRS-4.5, FSRS-5, -recency on sim36 users 1-6. Whole users (bench/bench_executors.py
 project, main's tree and this one back to back, twice; CPU-hours for 10,000 users): FSRS-5 0.78 -> 0.50 and
-0.61 -> 0.47, FSRS-4.5 0.78 -> 0.41 and 0.58 -> 0.30 (S0, features and predictions unchanged; the machine's load
-moved main's own figures by a quarter between the runs).
+0.61 -> 0.47, FSRS-4.5 0.78 -> 0.41 and 0.58 -> 0.30; one run: FSRS-5-recency 0.63 -> 0.48, FSRSv4 0.56 -> 0.36
+(S0, features and predictions unchanged; the machine's load moved main's own figures by a quarter between runs).
 """
 
 from __future__ import annotations
