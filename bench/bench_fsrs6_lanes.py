@@ -1,7 +1,10 @@
-"""FSRS-6's loss and gradient over one fit's mini-batches: the scalar plug-in (one card at a time) against the lane
-kernel (models/fsrs6_lanes.py, LANES cards side by side), paired in one process.
+"""A lane model's loss and gradient over one fit's mini-batches: the scalar plug-in (one card at a time) against
+its lane kernel (models/fsrs6_lanes.py, models/fsrs_v4_lanes.py: LANES cards side by side), paired in one process;
+with --fit, its whole 5-fold fit (the engine's Adam and objective passes, S0 not timed) with and without the lanes.
 
-    python bench/bench_fsrs6_lanes.py [--root /tmp/big45] [--user 1] [--pairs 7]
+    python bench/bench_fsrs6_lanes.py [--model FSRS-6] [--root /tmp/big45] [--user 1] [--pairs 7] [--fit]
+
+--model: FSRS-6 (default), FSRS-5, FSRS-4.5 or FSRSv4, with --recency for the recency-weighted rows.
 
 The batches are the engine's (SeqEngine._card_batches: whole cards, shuffled per epoch, >= 512 targets) over the
 training rows of the user's last fold; one timed call runs every batch of one epoch (precompute, the cards' loss and
@@ -25,17 +28,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 
-def user_cards(root: Path, user: int):
-    """(Cards of the last fold's training rows as FSRS-6 trains on them, the post-S0 weights)."""
+def user_folds(root: Path, user: int, algo: str, recency: bool):
+    """(the model, the user's (train, test) folds) as the benchmark runs them."""
+    import models
     from config import RunConfig
-    from models.fsrs6 import DEFAULT_W
-    from models.seq_engine import training_cards
     from pipeline import prepare_user
 
-    cfg = RunConfig(algo="FSRS-6")
-    prep = prepare_user(user, cfg, root)
-    train, _ = list(prep.splits())[-1]
-    return training_cards(train, None, 64, None), np.array(DEFAULT_W)
+    cfg = RunConfig(algo=algo, recency=recency)
+    model = models.model_class(algo)(cfg)
+    return model, list(prepare_user(user, cfg, root).splits())
+
+
+def user_cards(root: Path, user: int, algo: str = "FSRS-6", recency: bool = False):
+    """(Cards of the last fold's training rows as the model trains on them, its default weights)."""
+    from models.base import recency_weights
+    from models.seq_engine import training_cards
+
+    model, folds = user_folds(root, user, algo, recency)
+    train, _ = folds[-1]
+    weights = recency_weights(len(train)) if recency else None
+    if algo == "FSRS-6":  # not a SeqModel: all rows, its module's defaults
+        from models.fsrs6 import DEFAULT_W
+        return training_cards(train, weights, 64, None), np.array(DEFAULT_W)
+    return training_cards(train, weights, 64, model.training_rows(train)), np.array(model.default_w, dtype=float)
 
 
 def scalar_epoch_fn(k):
@@ -62,11 +77,11 @@ def scalar_epoch_fn(k):
     return run
 
 
-def lane_epoch_fn():
+def lane_epoch_fn(k):
+    """The same through the plug-in's lane kernel (k: the engine's instantiated module)."""
     from numba import njit
 
-    from models.fsrs6_kernels import precompute
-    from models.fsrs6_lanes import lanes_loss_grad
+    lanes_loss_grad, precompute = k.lanes_loss_grad, k.precompute
 
     @njit
     def run(w, opts, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, order, bounds, n_b, max_n, grads,
@@ -83,27 +98,92 @@ def lane_epoch_fn():
     return run
 
 
+def scalar_plugin(kernels: str) -> str:
+    """The name of a copy of the plug-in module `kernels` without LANE_KERNELS (the scalar engine), importable."""
+    import importlib
+    import tempfile
+
+    mod = importlib.import_module(kernels)
+    names = [n for n in ("N_ADJ", "N_STATE", "precompute", "precompute_vjp") if hasattr(mod, n)]
+    d = Path(tempfile.mkdtemp(prefix="scalar_plugin_"))
+    name = f"scalar_{kernels.replace('.', '_')}"
+    (d / f"{name}.py").write_text(f"from {kernels} import *  # noqa\nfrom {kernels} import {', '.join(names)}  # noqa\n"
+                                  "del LANE_KERNELS  # noqa\n")
+    sys.path.insert(0, str(d))
+    return name
+
+
+def fit_pairs(args) -> None:
+    """The 5-fold fit with and without the lanes, alternating (S0 fitted once per fold, outside the timing)."""
+    from models.seq_engine import SeqEngine
+
+    model, folds = user_folds(args.root, args.user, args.model, args.recency)
+    lanes = model.engine
+    scalar = SeqEngine(scalar_plugin(model.kernels), model.lower, model.upper, opts=lanes.opts)
+    setups = []
+    for train, _ in folds:
+        w_init = model.initial_weights(train)
+        keep = model.training_rows(train)
+        mask = None
+        if model.frozen:
+            mask = np.ones(len(w_init))
+            mask[list(model.frozen)] = 0.0
+        setups.append((w_init, train, keep, mask))
+
+    def run(eng):
+        out = []
+        for w_init, train, keep, mask in setups:
+            out.append(eng.fit(w_init, train, model.cfg, w_init=w_init, sigma=model.sigma, grad_mask=mask, keep=keep,
+                               lr=model.lr, batching=model.engine_batching, sort_kind=model.batch_sort))
+        return out
+
+    w_l, w_s = run(lanes), run(scalar)  # compile / warm
+    print(f"{args.model}{' recency' if args.recency else ''} user {args.user}: {len(folds)} folds; fitted weights "
+          f"largest |lanes − scalar| {max(np.abs(a - b).max() for a, b in zip(w_l, w_s)):.1e}")
+    t_old, t_new = [], []
+    for _ in range(args.pairs):
+        for eng, acc in ((scalar, t_old), (lanes, t_new)):
+            t0 = time.process_time()
+            run(eng)
+            acc.append(time.process_time() - t0)
+    ratios = [a / b for a, b in zip(t_old, t_new)]
+    print(f"5-fold fit: scalar {np.median(t_old) * 1e3:.1f} ms, lanes {np.median(t_new) * 1e3:.1f} ms; "
+          f"old/new per pair {' '.join(f'{r:.2f}' for r in ratios)} (median {np.median(ratios):.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=Path("/tmp/big45"))
     ap.add_argument("--user", type=int, default=1)
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--epoch", type=int, default=0)
+    ap.add_argument("--model", default="FSRS-6", choices=["FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4"])
+    ap.add_argument("--recency", action="store_true")
+    ap.add_argument("--fit", action="store_true", help="time the 5-fold fit instead of the kernels")
     args = ap.parse_args()
-    from models import fsrs6_lanes as fl
-    from models.fsrs6 import engine
+    if args.fit:
+        if args.model == "FSRS-6":
+            raise SystemExit("--fit: FSRS-6's fit is timed through its module (models/fsrs6_kernels.py docstring)")
+        fit_pairs(args)
+        return
+    from models import lanes as fl
 
-    eng = engine()
-    cards, w = user_cards(args.root, args.user)
+    if args.model == "FSRS-6":
+        from models.fsrs6 import engine
+        eng = engine()
+    else:
+        eng = user_folds(args.root, args.user, args.model, args.recency)[0].engine
+    cards, w = user_cards(args.root, args.user, args.model, args.recency)
+    n_w = len(w)
     items, orders, bounds, n_batches = eng._card_batches(cards, 5, 512, 2023)
     e = args.epoch
     order, bnd, n_b = orders[e], bounds[e], int(n_batches[e])
     states = int(cards.c_n.sum())
     scalar = scalar_epoch_fn(eng.k)
-    lanes = lane_epoch_fn()
+    lanes = lane_epoch_fn(eng.k)
     common = (w, eng.opts, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt)
-    g_old = np.zeros((n_b, 21))
-    g_new = np.zeros((n_b, 21))
+    g_old = np.zeros((n_b, n_w))
+    g_new = np.zeros((n_b, n_w))
 
     def old():
         return scalar(*common, cards.max_n, items, order, bnd, n_b, g_old)
@@ -117,8 +197,8 @@ def main() -> None:
         n = np.sort(items[order[bnd[b]:bnd[b + 1]], 3])
         slots += sum((int(n[i:i + fl.LANES].max()) + 1) * fl.LANES for i in range(0, len(n), fl.LANES))
     print(f"lane slots {slots} = {slots / states:.2f} x the states")
-    print(f"user {args.user}: {len(cards.c_start)} cards, {states} states, {len(cards.t_pos)} targets, {n_b} batches;"
-          f" LANES {fl.LANES}")
+    print(f"{args.model} user {args.user}: {len(cards.c_start)} cards, {states} states, {len(cards.t_pos)} targets, "
+          f"{n_b} batches; LANES {fl.LANES}")
     print(f"loss old {lo!r} new {ln!r} rel diff {abs(ln - lo) / abs(lo):.2e}")
     scale = np.abs(g_old).max(axis=1, keepdims=True)
     print(f"gradient: largest |new − old| / max|old| per batch {np.max(np.abs(g_new - g_old) / scale):.2e}; "

@@ -41,12 +41,10 @@ unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) 
 lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) identical to the scalar fit's (sizes,
 metrics, parameters; a build with the targets' adjoints in the forward pass moved one AUC by 7e-6, sim36 user 5's
 590 test rows: near-ties reorder); fitted weights within 3e-15 of the scalar fit's (45k user).
-What the other FSRS plug-ins would need to join: fsrs_v4.py / fsrs_v45.py / fsrs_v5.py share one scalar core
-(core_step / core_step_vjp with the curve's F and decay as constants): a lane module of the same layout for that
-core (its pow as exp(p·ln x), its branches as selects, a pack_group per the same target rule), named by each
-module's LANE_KERNELS. FSRS-7 and SBD run code that models/traced.py generates from the model file; that
-generator would emit a lane form of the same straight-line code (it already computes both sides of every torch
-where, which maps onto selects) with vec_math's exp1 / log1 / log1p1 for the libm calls, plus the fused
+FSRS v4, 4.5 and 5 joined with one lane kernel for their shared core (models/fsrs_v4_lanes.py; the packing and
+work items shared in models/lanes.py). FSRS-7 and SBD run code that models/traced.py generates from the model
+file; that generator would emit a lane form of the same straight-line code (it already computes both sides of every
+torch where, which maps onto selects) with vec_math's exp1 / log1 / log1p1 for the libm calls, plus the fused
 step_target the scalar engine uses. The engine's side (LANE_KERNELS, the LANE-BATCH section) is ready for both.
 """
 

@@ -54,17 +54,15 @@ import numpy as np
 from numba import njit
 
 from models.fsrs6_kernels import (C_D04, C_DF, C_E8, C_E35, C_EM, C_F, C_FLOOR, C_SINC, N_PARAMS, S_MAX, S_MIN)
+from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, card_items, grade_pick, pack_group  # noqa: F401
 from models.vec_math import _expm1_parts, exp1, log1, log1p1
 
-LANES = 8  # cards side by side: two AVX2 vectors per field
 # Row k of the work array X[k, field, lane] holds position k's packed inputs, then the state after it, then what its
 # reverse pass reads. X is allocated inside lanes_loss_grad (so LLVM sees its constant strides and can prove that the
 # lane loops' accesses do not overlap: with arrays passed in it cannot, and leaves the loops scalar) and the lane
 # loops run to a run-time count (for a constant 8 LLVM would not vectorise what needs an overlap check).
-I_DT = 0  # elapsed days of the review (or of the card's last target)
-I_G = 1  # grade as a float
-I_W = 2  # the target that reads state k−1 at dt[k]: +weight if recalled, −weight if forgotten, 0 if none
-I_ANY = 3  # lane 0 only: 1 if any lane's review k is a lapse (G = 1, t ≥ 1)
+# Rows 0..3 (I_DT, I_G, I_W, I_ANY): the packed inputs (models/lanes.py), then the states and what the reverse
+# pass reads:
 F_S = 4
 F_D = 5
 F_X = 6  # F·t/S_prev
@@ -84,49 +82,6 @@ J_LOSS = N_PARAMS
 J_GS = N_PARAMS + 1
 J_GD = N_PARAMS + 2
 N_SUMS = N_PARAMS + 3
-
-
-@njit(cache=True)
-def pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, sel, first, nl, X):
-    """Fill the inputs of positions 0..N for the cards items[sel[first + lane]], lane = 0..nl−1, and return the
-    number of positions N + 1, or −1 when a target's elapsed time is not the next review's (see the module
-    docstring)."""
-    n_max = 0
-    for lane in range(nl):
-        n_max = max(n_max, items[sel[first + lane], 3])
-    n_pos = n_max + 1
-    for k in range(n_pos):
-        X[k, I_ANY, 0] = 0.0
-    for lane in range(nl):
-        it = sel[first + lane]
-        start = c_start[items[it, 0]]
-        n = items[it, 3]
-        for k in range(n):
-            dt = seq_dt[start + k]
-            g = seq_g[start + k]
-            X[k, I_DT, lane] = dt
-            X[k, I_G, lane] = g
-            X[k, I_W, lane] = 0.0
-            if g == 1 and dt >= 1.0 and k > 0:
-                X[k, I_ANY, 0] = 1.0
-        for k in range(n, n_pos):  # past the card's end: padding reviews nothing reads
-            X[k, I_DT, lane] = 1.0
-            X[k, I_G, lane] = 3.0
-            X[k, I_W, lane] = 0.0
-        for j in range(items[it, 1], items[it, 2]):
-            k = t_pos[j]
-            if k == n:
-                X[k, I_DT, lane] = t_dt[j]
-            elif t_dt[j] != X[k, I_DT, lane]:
-                return -1
-            X[k, I_W, lane] = t_wt[j] if t_y[j] > 0.5 else -t_wt[j]
-    return n_pos
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _grade_pick(g, a1, a2, a3, a4):
-    """a_g for a grade g (a float 1..4) as selects (no gather)."""
-    return a1 if g < 1.5 else (a2 if g < 2.5 else (a3 if g < 3.5 else a4))
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -153,7 +108,7 @@ def group_forward(w, X, A, n_pos, nl):
     for lane in range(nl):
         g = X[0, I_G, lane]
         e = exp1(w5 * (g - 1.0))
-        X[0, F_S, lane] = min(max(_grade_pick(g, w0, w1, w2, w3), S_MIN), S_MAX)
+        X[0, F_S, lane] = min(max(grade_pick(g, w0, w1, w2, w3), S_MIN), S_MAX)
         X[0, F_D, lane] = min(max(w4 - e + 1.0, 1.0), 10.0)
         X[0, F_PW, lane] = e
     for k in range(1, n_pos):
@@ -175,7 +130,7 @@ def group_forward(w, X, A, n_pos, nl):
             lnb = log1(s if (same or recall) else dd)
             pw = exp1(-(w19 if same else (w9 if recall else w12)) * lnb)
             e = exp1((w10 if recall else w14) * (1.0 - r))
-            sinc = _grade_pick(g, c1, c2, c3, c4) * pw
+            sinc = grade_pick(g, c1, c2, c3, c4) * pw
             ns_same = s * (1.0 if (g >= floor and sinc < 1.0) else sinc)
             hb = w15 if (g > 1.5 and g < 2.5) else (w16 if g > 3.5 else 1.0)
             ns_recall = s * (1.0 + e8 * (11.0 - dd) * pw * (e - 1.0) * hb)
@@ -259,7 +214,7 @@ def group_reverse(w, X, A, n_pos, nl):
             lnb = X[k, F_LNB, lane]
             sp = X[k, F_SP, lane]  # a lapse's; stale (finite) in the other lanes, whose lapse weights are 0
             # same-day: S·max(SInc, 1) or S·SInc
-            sinc = _grade_pick(g, c1, c2, c3, c4) * pw
+            sinc = grade_pick(g, c1, c2, c3, c4) * pw
             floored = g >= floor and sinc < 1.0
             a = s * sinc
             g0 = gs if (same and floored and s >= S_MIN and s <= S_MAX) else 0.0
@@ -304,7 +259,7 @@ def group_reverse(w, X, A, n_pos, nl):
         gs = A[J_GS, lane]
         gd = A[J_GD, lane]
         g = X[0, I_G, lane]
-        s0 = _grade_pick(g, w0, w1, w2, w3)
+        s0 = grade_pick(g, w0, w1, w2, w3)
         gs0 = gs if (s0 >= S_MIN and s0 <= S_MAX) else 0.0
         A[0, lane] += (gs0 if g < 1.5 else 0.0)
         A[1, lane] += (gs0 if (g > 1.5 and g < 2.5) else 0.0)
@@ -331,7 +286,7 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
     A = np.zeros((N_SUMS, LANES))
     for g0 in range(0, n_items, LANES):
         nl = min(LANES, n_items - g0)
-        n_pos = pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, by_length, g0, nl, X)
+        n_pos = pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, by_length, g0, nl, X, 1.0)
         if n_pos < 0:
             return np.nan
         group_forward(wc, X, A, n_pos, nl)  # a run-time lane count: see X's comment
@@ -343,15 +298,3 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
         for j in range(N_PARAMS):
             gwc[j] += A[j].sum()
     return A[J_LOSS].sum()
-
-
-@njit(cache=True)
-def card_items(c_start, c_n, c_tb, c_te):
-    """Work items (card, first target, end target, states) of whole cards, as the engine's fit makes them."""
-    items = np.empty((len(c_start), 4), dtype=np.int64)
-    for c in range(len(c_start)):
-        items[c, 0] = c
-        items[c, 1] = c_tb[c]
-        items[c, 2] = c_te[c]
-        items[c, 3] = c_n[c]
-    return items

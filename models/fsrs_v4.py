@@ -15,6 +15,9 @@ Speed without a changed bit: the step keeps R and the exp/pow values of its bran
 (N_ADJ = 2: only S and D carry adjoints), and the reverse step reads them instead of evaluating the same
 expressions again; a target's loss and its adjoint share one R (core_target_loss_vjp). FSRS-5 and v1-v3 do the
 same in their own modules; FSRS-6 (models/fsrs6_kernels.py) was written that way first.
+Lanes: the trainer's batches and objective passes of v4, 4.5 and 5 run on models/fsrs_v4_lanes.py (8 cards side
+by side, one kernel for the three versions; LANE_KERNELS below and in fsrs_v45.py / fsrs_v5.py); this core still
+serves predictions, loss_and_grad and any batch the lanes refuse.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ X_P = 3  # S^{−w9} (recall) or D^{−w12} (lapse)
 X_E = 4  # e^{w10(1−R)} (recall) or e^{w14(1−R)} (lapse)
 X_SP = 5  # (S+1)^{w13} (lapse)
 X_E8 = 6  # e^{w8} (recall)
+
+# The trainer's batches run with cards side by side (models/fsrs_v4_lanes.py, one kernel for v4, 4.5 and 5)
+LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v4"
 
 # v4 constants: R = (1 + F·t/S)^(−DECAY), lapse not capped at S
 F_V4 = 1.0 / 9.0

@@ -57,6 +57,7 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 # for FSRS-5 and 6 with run-time switches, recomputed R, S^{−w9}, D^{−w12}, (S+1)^{w13}, e^{w8}, e^{3 w5} and
 # e^{w17 w18} in the reverse pass, and R again for every target's adjoint).
 
+LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v5"  # the trainer's batches: cards side by side
 N_STATE = 6  # S, D, then what the step kept for step_vjp (never read by a later step or the curve)
 N_ADJ = 2
 # X_R, X_P, X_E, X_SP: FSRS v4's slots (R before a long-term review, then its branch's values), shared with its

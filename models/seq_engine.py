@@ -12,7 +12,8 @@ that model. What depends only on the weights is hoisted out of the per-review lo
 a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ), fuse a target's curve
 and BCE (target_loss / target_loss_vjp), and compute a target read at the next review's elapsed time with that
 step (step_target / step_target_vjp); and it may name a module of lane kernels (LANE_KERNELS: its
-lanes_loss_grad runs the trainer's batches with several cards side by side, vectorised; models/fsrs6_lanes.py).
+lanes_loss_grad runs the trainer's batches with several cards side by side, vectorised; models/fsrs6_lanes.py,
+models/fsrs_v4_lanes.py).
 Models that define none of these run exactly as before. The trainer
 minimises upstream's objective
     L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)
@@ -156,8 +157,9 @@ def instantiate(model_module: str):
     if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
-    if lanes:
-        binding += f"\nfrom {lanes} import lanes_loss_grad, card_items"
+    if lanes:  # "module" (its lanes_loss_grad) or "module:function" (one module serving several plug-ins)
+        lane_module, _, lane_fn = lanes.partition(":")
+        binding += f"\nfrom {lane_module} import {lane_fn or 'lanes_loss_grad'} as lanes_loss_grad, card_items"
     binding += f"\n# plug-in source {_source_digest(model)}"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module

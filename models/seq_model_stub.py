@@ -29,7 +29,9 @@ Lane kernels (optional): a plug-in may set LANE_KERNELS to the name of a module 
 want_grad) -> loss` (the work items `batch`, several cards side by side; NaN, having added nothing, for a batch it
 cannot lay out) and `card_items(c_start, c_n, c_tb, c_te)`. The engine's trainer then runs its mini-batches and its
 objective passes through them (card by card where they return NaN); predictions and loss_and_grad stay card by card.
-Why: a scalar step is bound by one libm call at a time; side by side, exp and log vectorise (models/fsrs6_lanes.py).
+"module:function" names another function of that signature in place of lanes_loss_grad (one lane module serving
+several plug-ins: models/fsrs_v4_lanes.py). Why: a scalar step is bound by one libm call at a time; side by side,
+exp and log vectorise (models/fsrs6_lanes.py).
 
 Arguments: w — float64 parameter vector; g — integer grade 1..4 of the review; t — float64 elapsed days before
 the review (0 for a first review) or, in `curve`, before the target; state/prev/new — float64 arrays of length
