@@ -125,6 +125,13 @@ G4 = 4 * H  # gates i, f, g, o
 N_IN = 6
 N_CURVES = 3
 LN_EPS = 1e-5
+# numba's fastmath flags (LLVM's): "contract" lets a·b + c become one FMA (every x86-64 CPU since 2013 has it:
+# fewer instructions and one rounding instead of two), "reassoc" and "nsz" let sums be regrouped (vectorised
+# reductions). The functions with exponentials (the activations: exp32 / exp_bounded inlined) get "contract" only:
+# regrouped, exp32's Cody–Waite reduction (x − n·ln2_hi) − n·ln2_lo may be folded, and its error measured 1.7e−7
+# against 1.0e−7 (contract: 0.8e−7)
+EXACT_EXP = {"contract"}
+FAST = {"contract", "reassoc", "nsz"}
 CHUNK_STEPS = 512  # with the shared work space, 2048-step chunks measured no faster (the 1.9× per step they once
 # cost was the page faults of their arrays, made afresh per chunk)
 # (name, shape) of LSTMNet.parameters() in order; tests check it against the torch module
@@ -138,7 +145,7 @@ SHAPES = (("pre_w", (H, N_IN)), ("pre_b", (H,)), ("pre_ln", (H,)), ("pre2_w", (H
 N_PARAMS = sum(int(np.prod(s)) for _, s in SHAPES)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def views(th):
     """The parameter views of a flat vector (SHAPES order), as a tuple."""
     o = 0
@@ -226,7 +233,7 @@ def tanh(x):
 # serves all its chunks, because allocating the chunk's ~50 arrays afresh (several above malloc's mmap threshold)
 # cost as much as the arithmetic: a third of the time went to the kernel's page faults.
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def linear(x, w, b, out):
     """out [N, out] = x [N, in]·wᵀ + b."""
     np.dot(x, w.T, out)
@@ -235,7 +242,7 @@ def linear(x, w, b, out):
             out[r, j] += b[j]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def linear_back(x, w, gy, gw, gb, gx, want_gx):
     """Reverse of `linear`: adds dL/dw, dL/db; dL/dx into gx (with want_gx)."""
     gw += np.dot(gy.T, x)
@@ -252,7 +259,7 @@ def flat(x):
     return x.reshape(x.size)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def silu(a, y, sg):
     """y = a·σ(a), and σ(a) into sg for the reverse pass. The elementwise layers run over the arrays flat (all are
     C-contiguous): one long loop vectorises where 20-wide rows left a scalar remainder and overlap checks per row
@@ -264,7 +271,7 @@ def silu(a, y, sg):
         yf[e] = af[e] * s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def silu_back(a, sg, gy, ga):
     """ga = dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a))) (ga may be gy)."""
     one = like(a, 1.0)
@@ -274,7 +281,7 @@ def silu_back(a, sg, gy, ga):
         gaf[e] = gyf[e] * s * (one + af[e] * (one - s))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def add(a, b, out):
     """out = a + b (out may be a or b)."""
     af, bf, of = flat(a), flat(b), flat(out)
@@ -282,7 +289,7 @@ def add(a, b, out):
         of[e] = af[e] + bf[e]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
     """LayerNorm over the last axis (eps 1e−5): y = x̂·γ (+ β), and x̂, 1/σ kept for the reverse pass. Rows go four
     at a time (the last block repeats its last row): each row's sums are a chain of 20 dependent additions, and four
@@ -315,7 +322,7 @@ def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
                 y[row, j] = xh[row, j] * gamma[j] + (beta[j] if has_beta else zero)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
     """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ.
     The rows' two sums four rows at a time, as in layer_norm."""
@@ -347,13 +354,15 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
 
 # ----------------------------------------------------------------------------------------------- the recurrence
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
     k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[0], 4H] is scratch."""
     n = u.shape[0]
-    zero = like(u, 0.0)
+    zero, one = like(u, 0.0), like(u, 1.0)
+    gm = np.ones(G4, u.dtype)  # σ(z) = 1·σ(1·z) − 0 for i, f, o; tanh(z) = 2·σ(2z) − 1 for g (the doublings exact:
+    gm[2 * H:3 * H] = 2.0  # the same bits as `tanh`), so one loop activates every gate
     np.dot(u, w_ih.T, act)  # the gates' pre-activations (both biases added in one pass), activated step by step
     for r in range(n):
         for j in range(G4):
@@ -370,12 +379,9 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
-            for j in range(2 * H):  # i, f: sigmoid (the recurrent term added here, not in a pass of its own)
-                act[r, j] = sigmoid(act[r, j] + rec[q, j])
-            for j in range(2 * H, 3 * H):  # g: tanh
-                act[r, j] = tanh(act[r, j] + rec[q, j])
-            for j in range(3 * H, G4):  # o: sigmoid
-                act[r, j] = sigmoid(act[r, j] + rec[q, j])
+            for j in range(G4):  # all 80 gates in one loop (10 vectors, no remainder); the recurrent term added here
+                mj = gm[j]
+                act[r, j] = mj * sigmoid(mj * (act[r, j] + rec[q, j])) - (mj - one)
             for j in range(H):
                 cp = c[rp, j] if k > 0 else zero
                 cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
@@ -384,7 +390,7 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
                 h[r, j] = act[r, 3 * H + j] * tc[r, j]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
                   dc_next, hu):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
@@ -445,7 +451,7 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
 
 # ----------------------------------------------------------------------------------------------- the heads
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
     """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
     target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
@@ -522,7 +528,7 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     return loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
     """Reverse of heads_forward: dL/d(logits) per target as flat arrays, then the heads' weight gradients as one
     product gzᵀ·v [9, T]·[T, H] and dL/dv = gz·W [T, 9]·[9, H] (float64 BLAS; vg [≥ T·H] holds v's rows as float64),
@@ -583,7 +589,7 @@ N_W20, N_W80, N_W1 = 43, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (ch
 N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward names them)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def workspace(n, dt, n_t=1):
     """Work arrays of dtype dt for chunks of up to n rows and n_t targets: ([N_W20, n, H], [N_W80, n, 4H],
     [N_W1, n], [n, N_IN], the heads' float64 [N_HEAD·n_t] (reshaped per chunk, so that its rows are contiguous
@@ -620,7 +626,7 @@ def _flush_grad(grad, buf):
     return flush
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def encode(feats, src, model, x):
     """x = the 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt),
     ln(clamp(duration, 100, 60000)) and the one-hot rating (clamped ≥ 1)."""
@@ -634,7 +640,7 @@ def encode(feats, src, model, x):
         x[r, 2 + max(int(feats[s, 2]), 1) - 1] = 1.0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def encode_rows(feats, model):
     """encode() of every row of feats, in float64: [len(feats), N_IN]. A fine-tune reads the same rows in each of its
     passes, so models/lstm.py encodes them once per fit and hands these to the kernel in place of the raw features
@@ -645,7 +651,7 @@ def encode_rows(feats, model):
     return x
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def inputs(feats, src, model, x):
     """x = the 6 inputs of the rows feats[src]: copied when feats already holds them (encode_rows, N_IN columns),
     encoded from the raw (Δt, duration, rating) otherwise."""
@@ -658,7 +664,7 @@ def inputs(feats, src, model, x):
         encode(feats, src, model, x)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def chunk_rows(c_steps, cards):
     """Rows of the chunk of `cards`: the sum of their steps."""
     n = 0
@@ -667,7 +673,7 @@ def chunk_rows(c_steps, cards):
     return n
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     """Σ weight·BCE of the targets of `cards` (one chunk), P(recall) into p_out, gradient added into gr (flat);
     ws = workspace(≥ the chunk's rows)."""
@@ -796,7 +802,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     return loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     """models/card_fit.py's card_loss for the LSTM (model: input_mean and input_std, 4 floats): Σ weight·BCE over
     every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the gradient is ADDED
