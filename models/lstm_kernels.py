@@ -116,6 +116,7 @@ import math
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
+from numba.np.linalg import _BLAS
 
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
 from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
@@ -233,19 +234,69 @@ def tanh(x):
 # serves all its chunks, because allocating the chunk's ~50 arrays afresh (several above malloc's mmap threshold)
 # cost as much as the arithmetic: a third of the time went to the kernel's page faults.
 
+_GEMM32 = _BLAS().numba_xxgemm(types.float32)
+_GEMM64 = _BLAS().numba_xxgemm(types.float64)
+
+
+def gemm_acc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+    """C += op(A)·op(B) in BLAS's column-major terms (ta, tb: ord("n") or ord("t"); a, b, c: arrays whose first
+    element is the matrix's; lda, ldb, ldc in elements). np.dot always overwrites its output (beta = 0): OpenBLAS
+    then zeroes it first (a memset, 2.5% of a pass) and every bias or gradient sum needs a pass of its own after.
+    With beta = 1 the product lands on what is there: the biases written first, the weight gradients straight into
+    the chunk's gradient."""
+
+
+@overload(gemm_acc)
+def _gemm_acc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+    f32 = a.dtype == types.float32
+    fn = _GEMM32 if f32 else _GEMM64
+    kind = ord("s") if f32 else ord("d")
+
+    def impl(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+        one = np.ones(1, a.dtype)
+        if m == 0 or n == 0 or k == 0:
+            return
+        r = fn(kind, np.int8(ta), np.int8(tb), np.intp(m), np.intp(n), np.intp(k), one.ctypes, a.ctypes,
+               np.intp(lda), b.ctypes, np.intp(ldb), one.ctypes, c.ctypes, np.intp(ldc))
+        if r != 0:
+            raise RuntimeError("gemm failed")
+    return impl
+
+
+@njit(cache=True, inline="always")
+def row_ld(x):
+    """The row stride of a 2-D array whose rows are contiguous (a row slice of a C-contiguous array), in elements."""
+    return x.strides[0] // x.itemsize
+
+
+@njit(cache=True, error_model="numpy")
+def dot_wt_acc(x, w, out):
+    """out [N, M] += x [N, K]·wᵀ (w [M, K] C-contiguous; x, out: rows contiguous)."""
+    assert x.strides[1] == x.itemsize and out.strides[1] == out.itemsize and w.shape[1] == x.shape[1]
+    gemm_acc(ord("t"), ord("n"), w.shape[0], x.shape[0], x.shape[1], w, w.shape[1], x, row_ld(x), out, row_ld(out))
+
+
+@njit(cache=True, error_model="numpy")
+def dot_tn_acc(gy, x, gw):
+    """gw [M, K] += gy [N, M]ᵀ·x [N, K] (rows contiguous; gw C-contiguous): a weight gradient summed over rows."""
+    assert x.strides[1] == x.itemsize and gy.strides[1] == gy.itemsize and gw.shape[1] == x.shape[1]
+    gemm_acc(ord("n"), ord("t"), x.shape[1], gy.shape[1], x.shape[0], x, row_ld(x), gy, row_ld(gy), gw,
+             gw.shape[1])
+
+
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def linear(x, w, b, out):
-    """out [N, out] = x [N, in]·wᵀ + b."""
-    np.dot(x, w.T, out)
+    """out [N, out] = x [N, in]·wᵀ + b (b written first, the product added onto it)."""
     for r in range(out.shape[0]):
         for j in range(out.shape[1]):
-            out[r, j] += b[j]
+            out[r, j] = b[j]
+    dot_wt_acc(x, w, out)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def linear_back(x, w, gy, gw, gb, gx, want_gx):
     """Reverse of `linear`: adds dL/dw, dL/db; dL/dx into gx (with want_gx)."""
-    gw += np.dot(gy.T, x)
+    dot_tn_acc(gy, x, gw)
     for r in range(gy.shape[0]):
         for j in range(gy.shape[1]):
             gb[j] += gy[r, j]
@@ -358,30 +409,29 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
 def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
-    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[0], 4H] is scratch."""
+    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ 1, 4H] is scratch."""
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
     gm = np.ones(G4, u.dtype)  # σ(z) = 1·σ(1·z) − 0 for i, f, o; tanh(z) = 2·σ(2z) − 1 for g (the doublings exact:
     gm[2 * H:3 * H] = 2.0  # the same bits as `tanh`), so one loop activates every gate
-    np.dot(u, w_ih.T, act)  # the gates' pre-activations (both biases added in one pass), activated step by step
-    for r in range(n):
+    for j in range(G4):
+        tmp[0, j] = b_ih[j] + b_hh[j]
+    for r in range(n):  # the gates' pre-activations: both biases, then u·w_ihᵀ added onto them (gemm_acc)
         for j in range(G4):
-            act[r, j] = (act[r, j] + b_ih[j]) + b_hh[j]
+            act[r, j] = tmp[0, j]
+    dot_wt_acc(u, w_ih, act)
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
-        rec = tmp[:nk]
-        if k > 0:
+        if k > 0:  # the recurrent term added onto the step's rows (none at the first step: zero state)
             p0 = off[k - 1]
-            np.dot(h[p0:p0 + nk], w_hh.T, rec)
-        else:
-            rec[:] = 0.0  # no previous state (adding it keeps the sum's bits: x + 0 = x)
+            dot_wt_acc(h[p0:p0 + nk], w_hh, act[r0:r0 + nk])
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
-            for j in range(G4):  # all 80 gates in one loop (10 vectors, no remainder); the recurrent term added here
+            for j in range(G4):  # all 80 gates in one loop (10 vectors, no remainder)
                 mj = gm[j]
-                act[r, j] = mj * sigmoid(mj * (act[r, j] + rec[q, j])) - (mj - one)
+                act[r, j] = mj * sigmoid(mj * act[r, j]) - (mj - one)
             for j in range(H):
                 cp = c[rp, j] if k > 0 else zero
                 cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
