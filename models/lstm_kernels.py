@@ -73,6 +73,29 @@ bits, 1.0×); layer_norm_back's and linear_back's column sums into arrays of the
 1.00–1.01× in place though 1.15× for the call alone); the transposed weights made C-contiguous for the forward
 products (other sgemm packing, P(recall) moved 1e−8, 1.00×).
 
+FMA and products that add (2026-11-24, branch lstm3): perf of the kernel above (user 19, float32, one core, attached
+after compilation): sgemm's kernel 25%, its packing copies 12%, OpenBLAS zeroing np.dot's outputs (memset, beta = 0)
+2.5%; lstm_forward 17%, lstm_backward 8%, the LayerNorms 11%, SiLU 5%, the heads 5.5%. Two changes, each measured
+alone against the kernel before it (pair: old and new alternated 15 times in one process on the fine-tune groups of
+sim36 users 19, 10, 27 and 5, float32, one thread, CPU time; the busy machine's noise ±5%):
+- fastmath per function (`FAST`, `EXACT_EXP`): numba emits no FMA without "contract"; with it every a·b + c of the
+  per-element code (the exp32 polynomial, the cells, LayerNorm, the gate gradients, the heads' logits) is one
+  instruction and one rounding: 1.12× (paired median; 1.11× by minima); "reassoc"/"nsz" on the functions without an
+  inlined exponential another 1.01–1.04×. The 80 gates activated in one loop (tanh as 2·σ(2z) − 1: same bits) was
+  1.008× alone and is kept because it is one loop instead of three;
+- `gemm_acc` (beta = 1): the biases written first and the products added onto them, the per-step recurrent term
+  added onto the gates' rows (no scratch), linear_back's weight gradients into the chunk's gradient: 1.04×.
+Both together: the row's projection for 10,000 users (bench/bench_executors.py project), main's kernel and this
+one back to back three times on the busy machine: 28.40 → 27.48, 25.59 → 23.31, 28.25 → 23.47 CPU-hours (140.5 →
+135.9, 124.8 → 115.3, 139.7 → 115.6 ms per 1k raw reviews; paired ratios 1.03, 1.10, 1.20, medians 28.25 → 23.47;
+the 45k-review user 6.79 → 6.02, 5.47 → 5.13, 6.52 → 5.38 s); the result lines of the embedded users and sim36
+users 5, 10, 15, 19, 25, 30 equal to main's (sizes, Log Loss, RMSE(bins) to the printed digit; one AUC by 1e−6).
+The float32 gradient moves by ≤ 2.5e−7 relative to the kernel before (the loss by 1.2e−9, P(recall) by ≤ 1.3e−7);
+the float64 path stays equal to torch autograd (tests/test_lstm_compiled.py). Not measured for want of time: the
+LayerNorms (all six are followed by a linear) folded into that linear (γ into its weights' columns, so the forward
+writes only x̂ and the reverse sums dL/dγ over 20×20 or 80×20 weight entries instead of the rows), the backward's
+per-step dL/dh_prev and dL/du as one product per step, larger chunks for the per-position layers.
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
