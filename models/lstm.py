@@ -53,6 +53,10 @@ pass (paired in one process); the row's projection, old and new alternated five 
 embedded users and six sim36 users equal (Log Loss, RMSE(bins) to the printed digit, AUC within 4e−6, sizes).
 A feature-major layout of the LSTMs (cards contiguous: by hand, with BLAS at explicit leading dimensions, or in
 step blocks) was measured 1.01–1.3× slower per call and not kept (models/lstm_kernels.py's docstring says why).
+Then FMA (numba's fastmath "contract", per function) and products that add onto their outputs (gemm with beta
+= 1: no zeroing, no bias or gradient passes): 1.12–1.15× and 1.04× per pass (paired in one process); the row's
+projection, main's and this back to back three times: 28.40/25.59/28.25 → 27.48/23.31/23.47 CPU-hours (paired
+ratios 1.03, 1.10, 1.20); result lines equal (one AUC by 1e−6).
 
 What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
 2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,

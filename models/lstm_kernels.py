@@ -73,6 +73,29 @@ bits, 1.0×); layer_norm_back's and linear_back's column sums into arrays of the
 1.00–1.01× in place though 1.15× for the call alone); the transposed weights made C-contiguous for the forward
 products (other sgemm packing, P(recall) moved 1e−8, 1.00×).
 
+FMA and products that add (2026-11-24, branch lstm3): perf of the kernel above (user 19, float32, one core, attached
+after compilation): sgemm's kernel 25%, its packing copies 12%, OpenBLAS zeroing np.dot's outputs (memset, beta = 0)
+2.5%; lstm_forward 17%, lstm_backward 8%, the LayerNorms 11%, SiLU 5%, the heads 5.5%. Two changes, each measured
+alone against the kernel before it (pair: old and new alternated 15 times in one process on the fine-tune groups of
+sim36 users 19, 10, 27 and 5, float32, one thread, CPU time; the busy machine's noise ±5%):
+- fastmath per function (`FAST`, `EXACT_EXP`): numba emits no FMA without "contract"; with it every a·b + c of the
+  per-element code (the exp32 polynomial, the cells, LayerNorm, the gate gradients, the heads' logits) is one
+  instruction and one rounding: 1.12× (paired median; 1.11× by minima); "reassoc"/"nsz" on the functions without an
+  inlined exponential another 1.01–1.04×. The 80 gates activated in one loop (tanh as 2·σ(2z) − 1: same bits) was
+  1.008× alone and is kept because it is one loop instead of three;
+- `gemm_acc` (beta = 1): the biases written first and the products added onto them, the per-step recurrent term
+  added onto the gates' rows (no scratch), linear_back's weight gradients into the chunk's gradient: 1.04×.
+Both together: the row's projection for 10,000 users (bench/bench_executors.py project), main's kernel and this
+one back to back three times on the busy machine: 28.40 → 27.48, 25.59 → 23.31, 28.25 → 23.47 CPU-hours (140.5 →
+135.9, 124.8 → 115.3, 139.7 → 115.6 ms per 1k raw reviews; paired ratios 1.03, 1.10, 1.20, medians 28.25 → 23.47;
+the 45k-review user 6.79 → 6.02, 5.47 → 5.13, 6.52 → 5.38 s); the result lines of the embedded users and sim36
+users 5, 10, 15, 19, 25, 30 equal to main's (sizes, Log Loss, RMSE(bins) to the printed digit; one AUC by 1e−6).
+The float32 gradient moves by ≤ 2.5e−7 relative to the kernel before (the loss by 1.2e−9, P(recall) by ≤ 1.3e−7);
+the float64 path stays equal to torch autograd (tests/test_lstm_compiled.py). Not measured for want of time: the
+LayerNorms (all six are followed by a linear) folded into that linear (γ into its weights' columns, so the forward
+writes only x̂ and the reverse sums dL/dγ over 20×20 or 80×20 weight entries instead of the rows), the backward's
+per-step dL/dh_prev and dL/du as one product per step, larger chunks for the per-position layers.
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
@@ -116,6 +139,7 @@ import math
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
+from numba.np.linalg import _BLAS
 
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
 from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
@@ -125,6 +149,13 @@ G4 = 4 * H  # gates i, f, g, o
 N_IN = 6
 N_CURVES = 3
 LN_EPS = 1e-5
+# numba's fastmath flags (LLVM's): "contract" lets a·b + c become one FMA (every x86-64 CPU since 2013 has it:
+# fewer instructions and one rounding instead of two), "reassoc" and "nsz" let sums be regrouped (vectorised
+# reductions). The functions with exponentials (the activations: exp32 / exp_bounded inlined) get "contract" only:
+# regrouped, exp32's Cody–Waite reduction (x − n·ln2_hi) − n·ln2_lo may be folded, and its error measured 1.7e−7
+# against 1.0e−7 (contract: 0.8e−7)
+EXACT_EXP = {"contract"}
+FAST = {"contract", "reassoc", "nsz"}
 CHUNK_STEPS = 512  # with the shared work space, 2048-step chunks measured no faster (the 1.9× per step they once
 # cost was the page faults of their arrays, made afresh per chunk)
 # (name, shape) of LSTMNet.parameters() in order; tests check it against the torch module
@@ -138,7 +169,7 @@ SHAPES = (("pre_w", (H, N_IN)), ("pre_b", (H,)), ("pre_ln", (H,)), ("pre2_w", (H
 N_PARAMS = sum(int(np.prod(s)) for _, s in SHAPES)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def views(th):
     """The parameter views of a flat vector (SHAPES order), as a tuple."""
     o = 0
@@ -226,19 +257,69 @@ def tanh(x):
 # serves all its chunks, because allocating the chunk's ~50 arrays afresh (several above malloc's mmap threshold)
 # cost as much as the arithmetic: a third of the time went to the kernel's page faults.
 
+_GEMM32 = _BLAS().numba_xxgemm(types.float32)
+_GEMM64 = _BLAS().numba_xxgemm(types.float64)
+
+
+def gemm_acc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+    """C += op(A)·op(B) in BLAS's column-major terms (ta, tb: ord("n") or ord("t"); a, b, c: arrays whose first
+    element is the matrix's; lda, ldb, ldc in elements). np.dot always overwrites its output (beta = 0): OpenBLAS
+    then zeroes it first (a memset, 2.5% of a pass) and every bias or gradient sum needs a pass of its own after.
+    With beta = 1 the product lands on what is there: the biases written first, the weight gradients straight into
+    the chunk's gradient."""
+
+
+@overload(gemm_acc)
+def _gemm_acc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+    f32 = a.dtype == types.float32
+    fn = _GEMM32 if f32 else _GEMM64
+    kind = ord("s") if f32 else ord("d")
+
+    def impl(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+        one = np.ones(1, a.dtype)
+        if m == 0 or n == 0 or k == 0:
+            return
+        r = fn(kind, np.int8(ta), np.int8(tb), np.intp(m), np.intp(n), np.intp(k), one.ctypes, a.ctypes,
+               np.intp(lda), b.ctypes, np.intp(ldb), one.ctypes, c.ctypes, np.intp(ldc))
+        if r != 0:
+            raise RuntimeError("gemm failed")
+    return impl
+
+
+@njit(cache=True, inline="always")
+def row_ld(x):
+    """The row stride of a 2-D array whose rows are contiguous (a row slice of a C-contiguous array), in elements."""
+    return x.strides[0] // x.itemsize
+
+
 @njit(cache=True, error_model="numpy")
+def dot_wt_acc(x, w, out):
+    """out [N, M] += x [N, K]·wᵀ (w [M, K] C-contiguous; x, out: rows contiguous)."""
+    assert x.strides[1] == x.itemsize and out.strides[1] == out.itemsize and w.shape[1] == x.shape[1]
+    gemm_acc(ord("t"), ord("n"), w.shape[0], x.shape[0], x.shape[1], w, w.shape[1], x, row_ld(x), out, row_ld(out))
+
+
+@njit(cache=True, error_model="numpy")
+def dot_tn_acc(gy, x, gw):
+    """gw [M, K] += gy [N, M]ᵀ·x [N, K] (rows contiguous; gw C-contiguous): a weight gradient summed over rows."""
+    assert x.strides[1] == x.itemsize and gy.strides[1] == gy.itemsize and gw.shape[1] == x.shape[1]
+    gemm_acc(ord("n"), ord("t"), x.shape[1], gy.shape[1], x.shape[0], x, row_ld(x), gy, row_ld(gy), gw,
+             gw.shape[1])
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def linear(x, w, b, out):
-    """out [N, out] = x [N, in]·wᵀ + b."""
-    np.dot(x, w.T, out)
+    """out [N, out] = x [N, in]·wᵀ + b (b written first, the product added onto it)."""
     for r in range(out.shape[0]):
         for j in range(out.shape[1]):
-            out[r, j] += b[j]
+            out[r, j] = b[j]
+    dot_wt_acc(x, w, out)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def linear_back(x, w, gy, gw, gb, gx, want_gx):
     """Reverse of `linear`: adds dL/dw, dL/db; dL/dx into gx (with want_gx)."""
-    gw += np.dot(gy.T, x)
+    dot_tn_acc(gy, x, gw)
     for r in range(gy.shape[0]):
         for j in range(gy.shape[1]):
             gb[j] += gy[r, j]
@@ -252,7 +333,7 @@ def flat(x):
     return x.reshape(x.size)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def silu(a, y, sg):
     """y = a·σ(a), and σ(a) into sg for the reverse pass. The elementwise layers run over the arrays flat (all are
     C-contiguous): one long loop vectorises where 20-wide rows left a scalar remainder and overlap checks per row
@@ -264,7 +345,7 @@ def silu(a, y, sg):
         yf[e] = af[e] * s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def silu_back(a, sg, gy, ga):
     """ga = dL/da of y = a·σ(a): gy·σ(a)·(1 + a·(1 − σ(a))) (ga may be gy)."""
     one = like(a, 1.0)
@@ -274,7 +355,7 @@ def silu_back(a, sg, gy, ga):
         gaf[e] = gyf[e] * s * (one + af[e] * (one - s))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def add(a, b, out):
     """out = a + b (out may be a or b)."""
     af, bf, of = flat(a), flat(b), flat(out)
@@ -282,7 +363,7 @@ def add(a, b, out):
         of[e] = af[e] + bf[e]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
     """LayerNorm over the last axis (eps 1e−5): y = x̂·γ (+ β), and x̂, 1/σ kept for the reverse pass. Rows go four
     at a time (the last block repeats its last row): each row's sums are a chain of 20 dependent additions, and four
@@ -315,7 +396,7 @@ def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
                 y[row, j] = xh[row, j] * gamma[j] + (beta[j] if has_beta else zero)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
     """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ.
     The rows' two sums four rows at a time, as in layer_norm."""
@@ -347,35 +428,33 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
 
 # ----------------------------------------------------------------------------------------------- the recurrence
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
-    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ bs[0], 4H] is scratch."""
+    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ 1, 4H] is scratch."""
     n = u.shape[0]
-    zero = like(u, 0.0)
-    np.dot(u, w_ih.T, act)  # the gates' pre-activations (both biases added in one pass), activated step by step
-    for r in range(n):
+    zero, one = like(u, 0.0), like(u, 1.0)
+    gm = np.ones(G4, u.dtype)  # σ(z) = 1·σ(1·z) − 0 for i, f, o; tanh(z) = 2·σ(2z) − 1 for g (the doublings exact:
+    gm[2 * H:3 * H] = 2.0  # the same bits as `tanh`), so one loop activates every gate
+    for j in range(G4):
+        tmp[0, j] = b_ih[j] + b_hh[j]
+    for r in range(n):  # the gates' pre-activations: both biases, then u·w_ihᵀ added onto them (gemm_acc)
         for j in range(G4):
-            act[r, j] = (act[r, j] + b_ih[j]) + b_hh[j]
+            act[r, j] = tmp[0, j]
+    dot_wt_acc(u, w_ih, act)
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
-        rec = tmp[:nk]
-        if k > 0:
+        if k > 0:  # the recurrent term added onto the step's rows (none at the first step: zero state)
             p0 = off[k - 1]
-            np.dot(h[p0:p0 + nk], w_hh.T, rec)
-        else:
-            rec[:] = 0.0  # no previous state (adding it keeps the sum's bits: x + 0 = x)
+            dot_wt_acc(h[p0:p0 + nk], w_hh, act[r0:r0 + nk])
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
-            for j in range(2 * H):  # i, f: sigmoid (the recurrent term added here, not in a pass of its own)
-                act[r, j] = sigmoid(act[r, j] + rec[q, j])
-            for j in range(2 * H, 3 * H):  # g: tanh
-                act[r, j] = tanh(act[r, j] + rec[q, j])
-            for j in range(3 * H, G4):  # o: sigmoid
-                act[r, j] = sigmoid(act[r, j] + rec[q, j])
+            for j in range(G4):  # all 80 gates in one loop (10 vectors, no remainder)
+                mj = gm[j]
+                act[r, j] = mj * sigmoid(mj * act[r, j]) - (mj - one)
             for j in range(H):
                 cp = c[rp, j] if k > 0 else zero
                 cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
@@ -384,7 +463,7 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
                 h[r, j] = act[r, 3 * H + j] * tc[r, j]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g_bih, g_bhh, gu, dg, dh_rec,
                   dc_next, hu):
     """Backpropagation through time of `lstm_forward` given dL/dh [N, H] (from the layers above): adds the weight
@@ -445,7 +524,7 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
 
 # ----------------------------------------------------------------------------------------------- the heads
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
     """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
     target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
@@ -522,7 +601,7 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     return loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
     """Reverse of heads_forward: dL/d(logits) per target as flat arrays, then the heads' weight gradients as one
     product gzᵀ·v [9, T]·[T, H] and dL/dv = gz·W [T, 9]·[9, H] (float64 BLAS; vg [≥ T·H] holds v's rows as float64),
@@ -583,7 +662,7 @@ N_W20, N_W80, N_W1 = 43, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (ch
 N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward names them)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def workspace(n, dt, n_t=1):
     """Work arrays of dtype dt for chunks of up to n rows and n_t targets: ([N_W20, n, H], [N_W80, n, 4H],
     [N_W1, n], [n, N_IN], the heads' float64 [N_HEAD·n_t] (reshaped per chunk, so that its rows are contiguous
@@ -620,7 +699,7 @@ def _flush_grad(grad, buf):
     return flush
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def encode(feats, src, model, x):
     """x = the 6 inputs of the rows whose features are feats[src]: standardised ln(1e−5 + Δt),
     ln(clamp(duration, 100, 60000)) and the one-hot rating (clamped ≥ 1)."""
@@ -634,7 +713,7 @@ def encode(feats, src, model, x):
         x[r, 2 + max(int(feats[s, 2]), 1) - 1] = 1.0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def encode_rows(feats, model):
     """encode() of every row of feats, in float64: [len(feats), N_IN]. A fine-tune reads the same rows in each of its
     passes, so models/lstm.py encodes them once per fit and hands these to the kernel in place of the raw features
@@ -645,7 +724,7 @@ def encode_rows(feats, model):
     return x
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def inputs(feats, src, model, x):
     """x = the 6 inputs of the rows feats[src]: copied when feats already holds them (encode_rows, N_IN columns),
     encoded from the raw (Δt, duration, rating) otherwise."""
@@ -658,7 +737,7 @@ def inputs(feats, src, model, x):
         encode(feats, src, model, x)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def chunk_rows(c_steps, cards):
     """Rows of the chunk of `cards`: the sum of their steps."""
     n = 0
@@ -667,7 +746,7 @@ def chunk_rows(c_steps, cards):
     return n
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     """Σ weight·BCE of the targets of `cards` (one chunk), P(recall) into p_out, gradient added into gr (flat);
     ws = workspace(≥ the chunk's rows)."""
@@ -796,7 +875,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     return loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     """models/card_fit.py's card_loss for the LSTM (model: input_mean and input_std, 4 floats): Σ weight·BCE over
     every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the gradient is ADDED

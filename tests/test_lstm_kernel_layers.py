@@ -1,6 +1,7 @@
 """The LSTM kernels' elementwise layers (models/lstm_kernels.py: silu, silu_back, add), which run over their arrays
-flat, on the views chunk_loss hands them (row prefixes of the shared work space), against numpy's formulas in float64
-(the whole network is held to torch autograd in tests/test_lstm_compiled.py)."""
+flat, on the views chunk_loss hands them (row prefixes of the shared work space), and the products that add onto
+their outputs (dot_wt_acc, dot_tn_acc: BLAS with beta = 1), against numpy's formulas in float64 (the whole network
+is held to torch autograd in tests/test_lstm_compiled.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,29 @@ def test_elementwise_layers_on_workspace_views(dtype):
     np.testing.assert_allclose(y, a64 + gy64, rtol=tol, atol=tol)
     assert (w20[2:5, n:] == 123.0).all()
 
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_products_add_onto_their_outputs(dtype):
+    """dot_wt_acc / dot_tn_acc (BLAS gemm with beta = 1) on row slices, one of them with a row stride wider than its
+    columns (hu[:, H:] style): out += x·wᵀ and gw += gyᵀ·x, against float64 numpy; nothing outside the targets
+    moves, and empty row ranges add nothing."""
+    rng = np.random.default_rng(11)
+    wide = rng.normal(0, 1, (40, 2 * K.H)).astype(dtype)
+    x = wide[3:29, K.H:]  # 26 rows, row stride 2H
+    w = rng.normal(0, 1, (K.G4, K.H)).astype(dtype)
+    out_all = rng.normal(0, 1, (30, K.G4)).astype(dtype)
+    before = out_all.astype(np.float64)
+    out = out_all[2:28]
+    K.dot_wt_acc(x, w, out)
+    expect = before.copy()
+    expect[2:28] += x.astype(np.float64) @ w.astype(np.float64).T
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(out_all, expect, rtol=tol, atol=tol)
+    K.dot_wt_acc(x[:0], w, out[:0])
+    np.testing.assert_allclose(out_all, expect, rtol=tol, atol=tol)
+    gy = rng.normal(0, 1, (26, K.G4)).astype(dtype)
+    gw = rng.normal(0, 1, (K.G4, K.H)).astype(dtype)
+    gw0 = gw.astype(np.float64)
+    K.dot_tn_acc(gy, x, gw)
+    np.testing.assert_allclose(gw, gw0 + gy.astype(np.float64).T @ x.astype(np.float64), rtol=tol, atol=tol)
