@@ -139,7 +139,7 @@ import math
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
-from numba.np.linalg import _BLAS
+from numba.np.linalg import _BLAS  # numba's own BLAS binding (what its np.dot calls): internal API, numba pinned
 
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
 from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
