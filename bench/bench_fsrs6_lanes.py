@@ -77,11 +77,9 @@ def scalar_epoch_fn(k):
     return run
 
 
-def lane_epoch_fn(k):
-    """The same through the plug-in's lane kernel (k: the engine's instantiated module)."""
+def lane_epoch_fn(precompute, lanes_loss_grad):
+    """The same through a lane kernel (an njit function; returns Σ loss when want_loss)."""
     from numba import njit
-
-    lanes_loss_grad, precompute = k.lanes_loss_grad, k.precompute
 
     @njit
     def run(w, opts, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, order, bounds, n_b, max_n, grads,
@@ -180,7 +178,7 @@ def main() -> None:
     order, bnd, n_b = orders[e], bounds[e], int(n_batches[e])
     states = int(cards.c_n.sum())
     scalar = scalar_epoch_fn(eng.k)
-    lanes = lane_epoch_fn(eng.k)
+    lanes = lane_epoch_fn(eng.k.precompute, eng.k.lanes_loss_grad)
     common = (w, eng.opts, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt)
     g_old = np.zeros((n_b, n_w))
     g_new = np.zeros((n_b, n_w))

@@ -26,26 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from bench.bench_fsrs6_lanes import scalar_epoch_fn  # noqa: E402
-
-
-def lane_epoch_fn(precompute, lanes_loss_grad):
-    """An njit function running one epoch's batches through a lane kernel; returns Σ loss (want_loss)."""
-    from numba import njit
-
-    @njit
-    def run(w, opts, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, order, bounds, n_b, max_n, grads,
-            want_loss):
-        loss = 0.0
-        for b in range(n_b):
-            wc = precompute(w, opts)
-            gwc = np.zeros(len(wc))
-            loss += lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items,
-                                    order[bounds[b]:bounds[b + 1]], max_n, gwc, want_loss, True)
-            for j in range(grads.shape[1]):
-                grads[b, j] = gwc[j]
-        return loss
-    return run
+from bench.bench_fsrs6_lanes import lane_epoch_fn, scalar_epoch_fn  # noqa: E402
 
 
 def folds(root: Path, user: int, algo: str, recency: bool):

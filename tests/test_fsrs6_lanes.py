@@ -19,6 +19,7 @@ from models import fsrs6_lanes as fl
 from models.seq_engine import Cards, SeqEngine
 from models.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
+from lane_code import lane_code
 
 
 @njit(error_model="numpy")
@@ -230,12 +231,6 @@ def test_lane_loops_vectorise_without_libm_calls():
     cards = Cards(data)
     wc = fk.precompute(np.array(ff.DEFAULT_W), np.array([3.0]))
     items = fl.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    fresh(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt, items,
-          np.arange(len(items)), cards.max_n, np.zeros(len(wc)), True, True)
-    llvm_ir = "".join(fresh.inspect_llvm().values())
-    asm = "".join(fresh.inspect_asm().values())
-    if "ymm" not in asm:
-        pytest.skip("no AVX2 on this CPU")
-    assert "<4 x double>" in llvm_ir
+    llvm_ir, asm = lane_code(fresh, wc, cards, items)
     assert len(re.findall(r"vdivpd", asm)) >= 15  # the forward's and the reverse's divisions, 4 lanes each
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)

@@ -20,6 +20,7 @@ from models.fsrs_v5 import FSRS5
 from models.lanes import card_items
 from models.seq_engine import Cards, SeqEngine, instantiate
 from tests.test_fsrs6_fast import random_data
+from lane_code import lane_code
 
 MODELS = {"FSRSv4": FSRSv4, "FSRS-4.5": FSRS45, "FSRS-5": FSRS5}
 ENTRY = {"FSRSv4": fl.lanes_loss_grad_v4, "FSRS-4.5": fl.lanes_loss_grad_v45, "FSRS-5": fl.lanes_loss_grad_v5}
@@ -300,13 +301,7 @@ def test_lane_loops_vectorise_without_libm_calls(name):
     w = np.array(_cls(name).default_w, dtype=np.float64)
     wc = _wc(name, w)
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    fresh(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt, items,
-          np.arange(len(items)), cards.max_n, np.zeros(len(wc)), True, True)
-    llvm_ir = "".join(fresh.inspect_llvm().values())
-    asm = "".join(fresh.inspect_asm().values())
-    if "ymm" not in asm:
-        pytest.skip("no AVX2 on this CPU")
-    assert "<4 x double>" in llvm_ir
+    llvm_ir, asm = lane_code(fresh, wc, cards, items)
     assert len(re.findall(r"vdivpd", asm)) >= 8
     # v4 and 4.5 compute their one e^{w8} by libm (as the scalar step): no call inside a loop is what matters
     calls = re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)

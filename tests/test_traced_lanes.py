@@ -21,6 +21,7 @@ from numba import njit
 from models.seq_engine import Cards, SeqEngine
 from models.traced import compile_module
 from tests.test_fsrs6_fast import random_data
+from lane_code import lane_code
 
 
 def _lanes(plugin: str):
@@ -171,11 +172,5 @@ def test_lane_loops_vectorise_without_libm_calls():
     w = np.array(mod.DEFAULT_W, float)
     wc = sys.modules[plugin].precompute(w, np.zeros(0))
     items = lm.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    fresh(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt, items,
-          np.arange(len(items)), cards.max_n, np.zeros(len(wc)), True, True)
-    llvm_ir = "".join(fresh.inspect_llvm().values())
-    asm = "".join(fresh.inspect_asm().values())
-    if "ymm" not in asm:
-        pytest.skip("no AVX2 on this CPU")
-    assert "<4 x double>" in llvm_ir
+    llvm_ir, asm = lane_code(fresh, wc, cards, items)
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)
