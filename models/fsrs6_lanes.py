@@ -54,7 +54,7 @@ import numpy as np
 from numba import njit
 
 from models.fsrs6_kernels import (C_D04, C_DF, C_E8, C_E35, C_EM, C_F, C_FLOOR, C_SINC, N_PARAMS, S_MAX, S_MIN)
-from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, card_items, grade_pick, pack_group  # noqa: F401
+from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from models.vec_math import _expm1_parts, exp1, log1, log1p1
 
 # Row k of the work array X[k, field, lane] holds position k's packed inputs, then the state after it, then what its

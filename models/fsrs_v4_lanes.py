@@ -56,7 +56,7 @@ from numba import njit
 from models import fsrs_v45 as v45
 from models import fsrs_v5 as v5
 from models.fsrs_v4 import DECAY_V4, F_V4, S_MAX, S_MIN
-from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, card_items, grade_pick, pack_group  # noqa: F401
+from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from models.vec_math import exp1, log1, log1p1
 
 V4, V45, V5 = 4, 45, 5  # the entry points' version constants

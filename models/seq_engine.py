@@ -145,7 +145,7 @@ def instantiate(model_module: str):
             names += ["step_target", "step_target_vjp"]
         else:
             source = _cut(source, _FUSED_BEGIN, _FUSED_END)
-    lanes = getattr(model, "LANE_KERNELS", None)  # a module with the plug-in's lanes_loss_grad and card_items
+    lanes = getattr(model, "LANE_KERNELS", None)  # a module with the plug-in's lanes_loss_grad
     source = _cut(source, *((_CARD_BATCH_BEGIN, _CARD_BATCH_END) if lanes else (_LANE_BATCH_BEGIN, _LANE_BATCH_END)))
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
@@ -159,7 +159,8 @@ def instantiate(model_module: str):
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
     if lanes:  # "module" (its lanes_loss_grad) or "module:function" (one module serving several plug-ins)
         lane_module, _, lane_fn = lanes.partition(":")
-        binding += f"\nfrom {lane_module} import {lane_fn or 'lanes_loss_grad'} as lanes_loss_grad, card_items"
+        binding += f"\nfrom {lane_module} import {lane_fn or 'lanes_loss_grad'} as lanes_loss_grad"
+        binding += "\nfrom models.lanes import card_items"
     binding += f"\n# plug-in source {_source_digest(model)}"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module] = module

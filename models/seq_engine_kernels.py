@@ -234,7 +234,8 @@ def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y,
     return loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n)
 # ---- CARD-BATCH-END
 
-# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS: its lanes_loss_grad and card_items)
+# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS: its lanes_loss_grad; card_items
+# from models/lanes.py)
 @njit(cache=True)
 def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc):
     """Adds the gradient of Σ weight·BCE over the work items `batch` into gwc by the plug-in's lane kernel (cards

@@ -27,7 +27,7 @@ them gets the defaults below: wc is w itself and gw += gwc, so its arithmetic is
 Lane kernels (optional): a plug-in may set LANE_KERNELS to the name of a module defining
 `lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, want_loss,
 want_grad) -> loss` (the work items `batch`, several cards side by side; NaN, having added nothing, for a batch it
-cannot lay out) and `card_items(c_start, c_n, c_tb, c_te)`. The engine's trainer then runs its mini-batches and its
+cannot lay out), over work items made by models/lanes.py's card_items. The engine's trainer then runs its mini-batches and its
 objective passes through them (card by card where they return NaN); predictions and loss_and_grad stay card by card.
 "module:function" names another function of that signature in place of lanes_loss_grad (one lane module serving
 several plug-ins: models/fsrs_v4_lanes.py). Why: a scalar step is bound by one libm call at a time; side by side,

@@ -15,7 +15,7 @@ positions back with the scalar step_target_vjp's arithmetic (the same forward li
 derivative lines), the lane sums of the gradient of wc in A[j, lane]; group_loss adds the targets' weighted BCE
 (kernel_math.bce with vec_math's logs) only when the loss is wanted (Adam reads the gradient only). Branches are
 selects (torch.where already computes both sides; a gather is a chain of selects).
-The layout and its generic parts come from models/lanes.py (pack_group, card_items, LANES, the input rows
+The layout and its generic parts come from models/lanes.py (pack_group, LANES, the input rows
 I_DT / I_G / I_W): positions 0..N, position k carries review k and the target that reads state k−1 at dt[k] (its
 weight signed by its label), a card's last target sits at position n with its own time (the step computed there
 is never read), padding reviews (t = 1, grade 3) past a card's end; a target off that layout makes pack_group
@@ -50,7 +50,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.lanes import I_DT, I_G, I_W, LANES, card_items, pack_group
+from models.lanes import I_DT, I_G, I_W, LANES, pack_group
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR
 from models.vec_math import exp1, log1, log1p1, tanh1
 

@@ -20,6 +20,7 @@ from models.seq_engine import Cards, SeqEngine
 from models.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
 from lane_code import lane_code
+from models.lanes import card_items
 
 
 @njit(error_model="numpy")
@@ -95,7 +96,7 @@ def lane_loss_grad(w, data, weights=None, floor_grade=3, want_loss=True, want_gr
     cards = Cards(data, weights)
     wc = fk.precompute(np.asarray(w, dtype=np.float64), np.array([float(floor_grade)]))
     gwc = np.zeros(len(wc))
-    items = fl.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     loss = fl.lanes_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
                               cards.t_wt, items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
     return loss, gwc[:21]
@@ -193,7 +194,7 @@ def test_engine_falls_back_to_cards_off_the_layout():
     w = np.array(ff.DEFAULT_W)
     args = (w, eng.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n)
     assert eng.k.fit_loss(*args) == eng.k.loss_cards(*args)
-    items = fl.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     wc = eng.k.precompute(w, eng.opts)
     g_batch, g_cards = np.zeros(len(wc)), np.zeros(len(wc))
     eng.k.batch_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
@@ -230,7 +231,7 @@ def test_lane_loops_vectorise_without_libm_calls():
     data = random_data(1, n_cards=9)
     cards = Cards(data)
     wc = fk.precompute(np.array(ff.DEFAULT_W), np.array([3.0]))
-    items = fl.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     llvm_ir, asm = lane_code(fresh, wc, cards, items)
     assert len(re.findall(r"vdivpd", asm)) >= 15  # the forward's and the reverse's divisions, 4 lanes each
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)

@@ -22,6 +22,7 @@ from models.seq_engine import Cards, SeqEngine
 from models.traced import compile_module
 from tests.test_fsrs6_fast import random_data
 from lane_code import lane_code
+from models.lanes import card_items
 
 
 def _lanes(plugin: str):
@@ -35,7 +36,7 @@ def lane_loss_grad(plugin: str, w, data, weights=None, want_loss=True, want_grad
     w = np.asarray(w, dtype=np.float64)
     wc = pm.precompute(w, np.zeros(0))
     gwc = np.zeros(len(wc)) if gwc is None else gwc
-    items = lm.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     loss = lm.lanes_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
                               cards.t_wt, items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
     gw = np.zeros(len(w))
@@ -150,7 +151,7 @@ def test_a_pow_off_its_domain_refuses_the_batch_and_the_engine_runs_the_cards(di
     assert math.isfinite(ref_loss) and np.all(np.isfinite(ref_grad))
     cards = Cards(data)
     k = engine.k
-    items = _lanes(plugin).card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     wc = k.precompute(w, engine.opts)
     gwc = np.zeros(len(wc))
     k.batch_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt,
@@ -171,6 +172,6 @@ def test_lane_loops_vectorise_without_libm_calls():
     cards = Cards(random_data(1, n_cards=9))
     w = np.array(mod.DEFAULT_W, float)
     wc = sys.modules[plugin].precompute(w, np.zeros(0))
-    items = lm.card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     llvm_ir, asm = lane_code(fresh, wc, cards, items)
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)
