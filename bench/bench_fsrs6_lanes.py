@@ -96,6 +96,57 @@ def lane_epoch_fn(precompute, lanes_loss_grad):
     return run
 
 
+def paired_cpu(old, new, pairs: int):
+    """CPU seconds of old() and new(), alternated `pairs` times: (old times, new times, old/new per pair)."""
+    t_old, t_new = [], []
+    for _ in range(pairs):
+        for fn, acc in ((old, t_old), (new, t_new)):
+            t0 = time.process_time()
+            fn()
+            acc.append(time.process_time() - t0)
+    return t_old, t_new, [a / b for a, b in zip(t_old, t_new)]
+
+
+def ratios_text(ratios) -> str:
+    return f"old/new per pair {' '.join(f'{r:.2f}' for r in ratios)} (median {np.median(ratios):.2f})"
+
+
+def compare_epoch(label: str, scalar_module, precompute, lanes_loss_grad, opts, cards, w, items, order, bnd, n_b,
+                  pairs: int) -> None:
+    """One epoch's batches (items[order[bnd[b]:bnd[b + 1]]], b < n_b) through the scalar plug-in's card loop and
+    through the lane kernel: the lane slots run, the loss and gradient differences, the paired time per state."""
+    from models.lanes import LANES
+
+    states = int(cards.c_n.sum())
+    scalar = scalar_epoch_fn(scalar_module)
+    lanes = lane_epoch_fn(precompute, lanes_loss_grad)
+    common = (w, opts, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt)
+    n_wc = len(precompute(w, opts))
+    g_old = np.zeros((n_b, n_wc))
+    g_new = np.zeros((n_b, n_wc))
+
+    def old():
+        return scalar(*common, cards.max_n, items, order, bnd, n_b, g_old)
+
+    def new(want_loss=False):
+        return lanes(*common, items, order, bnd, n_b, cards.max_n, g_new, want_loss)
+
+    lo, ln = old(), new(True)
+    slots = 0  # lane-positions the lane kernel runs (padding included)
+    for b in range(n_b):
+        n = np.sort(items[order[bnd[b]:bnd[b + 1]], 3])
+        slots += sum((int(n[i:i + LANES].max()) + 1) * LANES for i in range(0, len(n), LANES))
+    print(f"{label}: {len(cards.c_start)} cards, {states} states, {len(cards.t_pos)} targets, {n_b} batches; "
+          f"LANES {LANES}, lane slots {slots / states:.2f} x the states")
+    print(f"loss old {lo!r} new {ln!r} rel diff {abs(ln - lo) / abs(lo):.2e}")
+    scale = np.abs(g_old).max(axis=1, keepdims=True)
+    print(f"gradient: largest |new − old| / max|old| per batch {np.max(np.abs(g_new - g_old) / scale):.2e}; "
+          f"largest componentwise rel diff {np.max(np.abs(g_new - g_old) / np.maximum(np.abs(g_old), 1e-300)):.2e}")
+    t_old, t_new, ratios = paired_cpu(old, new, pairs)
+    print(f"loss+gradient per state: old {np.median(t_old) / states * 1e9:.1f} ns, new "
+          f"{np.median(t_new) / states * 1e9:.1f} ns; {ratios_text(ratios)}")
+
+
 def scalar_plugin(kernels: str) -> str:
     """The name of a copy of the plug-in module `kernels` without LANE_KERNELS (the scalar engine), importable."""
     import importlib
@@ -138,15 +189,9 @@ def fit_pairs(args) -> None:
     w_l, w_s = run(lanes), run(scalar)  # compile / warm
     print(f"{args.model}{' recency' if args.recency else ''} user {args.user}: {len(folds)} folds; fitted weights "
           f"largest |lanes − scalar| {max(np.abs(a - b).max() for a, b in zip(w_l, w_s)):.1e}")
-    t_old, t_new = [], []
-    for _ in range(args.pairs):
-        for eng, acc in ((scalar, t_old), (lanes, t_new)):
-            t0 = time.process_time()
-            run(eng)
-            acc.append(time.process_time() - t0)
-    ratios = [a / b for a, b in zip(t_old, t_new)]
+    t_old, t_new, ratios = paired_cpu(lambda: run(scalar), lambda: run(lanes), args.pairs)
     print(f"5-fold fit: scalar {np.median(t_old) * 1e3:.1f} ms, lanes {np.median(t_new) * 1e3:.1f} ms; "
-          f"old/new per pair {' '.join(f'{r:.2f}' for r in ratios)} (median {np.median(ratios):.2f})")
+          f"{ratios_text(ratios)}")
 
 
 def main() -> None:
@@ -164,53 +209,16 @@ def main() -> None:
             raise SystemExit("--fit: FSRS-6's fit is timed through its module (models/fsrs6_kernels.py docstring)")
         fit_pairs(args)
         return
-    from models import lanes as fl
-
     if args.model == "FSRS-6":
         from models.fsrs6 import engine
         eng = engine()
     else:
         eng = user_folds(args.root, args.user, args.model, args.recency)[0].engine
     cards, w = user_cards(args.root, args.user, args.model, args.recency)
-    n_w = len(w)
     items, orders, bounds, n_batches = eng._card_batches(cards, 5, 512, 2023)
     e = args.epoch
-    order, bnd, n_b = orders[e], bounds[e], int(n_batches[e])
-    states = int(cards.c_n.sum())
-    scalar = scalar_epoch_fn(eng.k)
-    lanes = lane_epoch_fn(eng.k.precompute, eng.k.lanes_loss_grad)
-    common = (w, eng.opts, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt)
-    g_old = np.zeros((n_b, n_w))
-    g_new = np.zeros((n_b, n_w))
-
-    def old():
-        return scalar(*common, cards.max_n, items, order, bnd, n_b, g_old)
-
-    def new(want_loss=False):
-        return lanes(*common, items, order, bnd, n_b, cards.max_n, g_new, want_loss)
-
-    lo, ln = old(), new(True)
-    slots = 0  # lane-positions the lane kernel runs (padding included)
-    for b in range(n_b):
-        n = np.sort(items[order[bnd[b]:bnd[b + 1]], 3])
-        slots += sum((int(n[i:i + fl.LANES].max()) + 1) * fl.LANES for i in range(0, len(n), fl.LANES))
-    print(f"lane slots {slots} = {slots / states:.2f} x the states")
-    print(f"{args.model} user {args.user}: {len(cards.c_start)} cards, {states} states, {len(cards.t_pos)} targets, "
-          f"{n_b} batches; LANES {fl.LANES}")
-    print(f"loss old {lo!r} new {ln!r} rel diff {abs(ln - lo) / abs(lo):.2e}")
-    scale = np.abs(g_old).max(axis=1, keepdims=True)
-    print(f"gradient: largest |new − old| / max|old| per batch {np.max(np.abs(g_new - g_old) / scale):.2e}; "
-          f"largest componentwise rel diff {np.max(np.abs(g_new - g_old) / np.maximum(np.abs(g_old), 1e-300)):.2e}")
-    t_old, t_new = [], []
-    for _ in range(args.pairs):
-        for fn, acc in ((old, t_old), (new, t_new)):
-            t0 = time.process_time()
-            fn()
-            acc.append(time.process_time() - t0)
-    ratios = [a / b for a, b in zip(t_old, t_new)]
-    print(f"per state: old {np.median(t_old) / states * 1e9:.1f} ns, new {np.median(t_new) / states * 1e9:.1f} ns;"
-          f" old/new per pair {' '.join(f'{r:.2f}' for r in ratios)} (median {np.median(ratios):.2f})")
-
+    compare_epoch(f"{args.model} user {args.user}", eng.k, eng.k.precompute, eng.k.lanes_loss_grad, eng.opts, cards,
+                  w, items, orders[e], bounds[e], int(n_batches[e]), args.pairs)
 
 if __name__ == "__main__":
     main()

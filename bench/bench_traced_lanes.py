@@ -18,7 +18,6 @@ import argparse
 import importlib
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from bench.bench_fsrs6_lanes import lane_epoch_fn, scalar_epoch_fn  # noqa: E402
+from bench.bench_fsrs6_lanes import compare_epoch, paired_cpu, ratios_text  # noqa: E402
 
 
 def folds(root: Path, user: int, algo: str, recency: bool):
@@ -57,7 +56,6 @@ def main() -> None:
     from models.autograd_engine import Recipe
     from models.seq_engine import SeqEngine, training_cards
     from models.traced import compile_module
-    from models.fsrs6_lanes import LANES
 
     mod = importlib.import_module(f"models.{args.model}")
     recipe = Recipe.from_dict(mod.RECIPE)
@@ -71,42 +69,9 @@ def main() -> None:
     train, w, weights = data[-1]
     cards = training_cards(train, weights, 64, None)
     items, orders, bounds, n_batches = new_eng._card_batches(cards, 1, recipe.batch_size, 2023)
-    order, bnd, n_b = orders[0], bounds[0], int(n_batches[0])
-    states = int(cards.c_n.sum())
-    scalar = scalar_epoch_fn(old_eng.k)
-    lanes = lane_epoch_fn(new_eng.k.precompute, lm.lanes_loss_grad)
-    common = (w, new_eng.opts, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
-              cards.t_wt)
-    n_wc = len(new_eng.k.precompute(w, new_eng.opts))
-    g_old = np.zeros((n_b, n_wc))
-    g_new = np.zeros((n_b, n_wc))
-
-    def old():
-        return scalar(*common, cards.max_n, items, order, bnd, n_b, g_old)
-
-    def new(want_loss=False):
-        return lanes(*common, items, order, bnd, n_b, cards.max_n, g_new, want_loss)
-
-    lo, ln = old(), new(True)
-    slots = 0
-    for b in range(n_b):
-        n = np.sort(items[order[bnd[b]:bnd[b + 1]], 3])
-        slots += sum((int(n[i:i + LANES].max()) + 1) * LANES for i in range(0, len(n), LANES))
-    print(f"{mod.NAME}{' recency' if args.recency else ''}, user {args.user}: {len(cards.c_start)} cards, {states}"
-          f" states, {len(cards.t_pos)} targets, {n_b} batches; lane slots {slots / states:.2f} x the states")
-    print(f"loss old {lo!r} new {ln!r} rel diff {abs(ln - lo) / abs(lo):.2e}")
-    scale = np.abs(g_old).max(axis=1, keepdims=True)
-    print(f"gradient: largest |new − old| / max|old| per batch {np.max(np.abs(g_new - g_old) / scale):.2e}")
-    t_old, t_new = [], []
-    for _ in range(args.pairs):
-        for fn, acc in ((old, t_old), (new, t_new)):
-            t0 = time.process_time()
-            fn()
-            acc.append(time.process_time() - t0)
-    ratios = [a / b for a, b in zip(t_old, t_new)]
-    print(f"loss+gradient per state: old {np.median(t_old) / states * 1e9:.1f} ns, new "
-          f"{np.median(t_new) / states * 1e9:.1f} ns; old/new {' '.join(f'{r:.2f}' for r in ratios)} (median "
-          f"{np.median(ratios):.2f})")
+    compare_epoch(f"{mod.NAME}{' recency' if args.recency else ''}, user {args.user}", old_eng.k,
+                  new_eng.k.precompute, lm.lanes_loss_grad, new_eng.opts, cards, w, items, orders[0], bounds[0],
+                  int(n_batches[0]), args.pairs)
 
     # ---- the 5-fold fit
     def fit(eng):
@@ -126,15 +91,9 @@ def main() -> None:
     wo, wn = fit(old_eng), fit(new_eng)
     print(f"fitted weights: largest |new − old| / max(|old|, 1e-3) "
           f"{max(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1e-3)) for a, b in zip(wo, wn)):.2e}")
-    f_old, f_new = [], []
-    for _ in range(args.fits):
-        for eng, acc in ((old_eng, f_old), (new_eng, f_new)):
-            t0 = time.process_time()
-            fit(eng)
-            acc.append(time.process_time() - t0)
-    ratios = [a / b for a, b in zip(f_old, f_new)]
-    print(f"5-fold fit: old {np.median(f_old) * 1e3:.0f} ms, new {np.median(f_new) * 1e3:.0f} ms; old/new "
-          f"{' '.join(f'{r:.2f}' for r in ratios)} (median {np.median(ratios):.2f})")
+    f_old, f_new, ratios = paired_cpu(lambda: fit(old_eng), lambda: fit(new_eng), args.fits)
+    print(f"5-fold fit: old {np.median(f_old) * 1e3:.0f} ms, new {np.median(f_new) * 1e3:.0f} ms; "
+          f"{ratios_text(ratios)}")
 
 
 if __name__ == "__main__":
