@@ -22,7 +22,10 @@ gives it an untimed run too.
 
 Tested with upstream's January-2025 code (github:1DWalker/srs-benchmark @ 39935416, 18 January 2025) in a
 virtualenv of its own: `python -m venv --system-site-packages .venv && .venv/bin/pip install
-fsrs-optimizer==5.7.3 pandas==2.2.3 numpy==1.26.4 pyarrow==17.0.0` (its pandas code predates pandas 3).
+fsrs-optimizer==5.7.3 pandas==2.2.3 numpy==2.2.6 pyarrow==17.0.0` (its pandas code predates pandas 3; numpy 2.2 on
+an AVX-512 CPU is the environment of upstream's published results, numpy==1.26.4 works too). Upstream's trainers
+sort rows with numpy's unstable quicksort, whose tie order depends on the numpy version and the CPU: the script asks
+upstream's interpreter and sets our SRS_BENCH_TIE_ORDER to match (`match_tie_order`).
 
 Known failures of that code in that environment, on every user (the row then prints `failed` and upstream's
 traceback): script.py --dry (FSRS-5-default) reads `optimizer.init_w`, which fsrs-optimizer 5.7.3 sets only in
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shlex
 import shutil
@@ -208,6 +212,35 @@ def compare_results(ours: Path, theirs: Path) -> str:
     return f"{len(users)} users, sizes equal; LogLoss {la:.4f} vs {lb:.4f}, per user ≤ {worst:.1e}"
 
 
+def match_tie_order(upstream_python: str) -> str:
+    """Set our SRS_BENCH_TIE_ORDER to the tie order of upstream's environment (models/legacy_sort.py): numpy
+    1.26 → "cpu" (numpy 1.26 as it runs on this CPU), numpy 2.0–2.2 on an AVX-512 CPU → "published" (our default);
+    anything else has no re-implementation here, and the rows that replay upstream's batches (ACT-R, DASH, HLR, ...)
+    will differ. A value already set in the environment is kept. Returns a line saying what was chosen."""
+    if str(ROOT) not in sys.path:  # run as a script, sys.path[0] is bench/
+        sys.path.insert(0, str(ROOT))
+    from models.legacy_sort import TIE_ORDER_ENV
+
+    if TIE_ORDER_ENV in os.environ:
+        return f"tie order: {os.environ[TIE_ORDER_ENV]} (from the environment)"
+    probe = ("import numpy as np\ntry:\n    from numpy._core._multiarray_umath import __cpu_features__ as f\n"
+             "except ImportError:\n    from numpy.core._multiarray_umath import __cpu_features__ as f\n"
+             "print(np.__version__, bool(f.get('AVX512_SKX')))")
+    out = subprocess.run([upstream_python, "-c", probe], capture_output=True, text=True)
+    if out.returncode != 0:
+        return f"tie order: ours by default (could not ask upstream's numpy: {out.stderr.strip()[-200:]})"
+    version, avx512 = out.stdout.split()
+    major_minor = tuple(int(x) for x in version.split(".")[:2])
+    if major_minor == (1, 26):
+        os.environ[TIE_ORDER_ENV] = "cpu"
+    elif (2, 0) <= major_minor <= (2, 2) and avx512 == "True":
+        os.environ[TIE_ORDER_ENV] = "published"
+    else:
+        return (f"tie order: upstream's numpy {version} (AVX-512: {avx512}) sorts ties in an order this project does "
+                "not reproduce; the rows that replay upstream's batches will differ (use numpy 1.26.4 or 2.2.6)")
+    return f"tie order: {os.environ[TIE_ORDER_ENV]}, matching upstream's numpy {version} (AVX-512: {avx512})"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -230,6 +263,8 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="srs-bench-side-") as tmp_name:
         tmp = Path(tmp_name)
         work = upstream_workdir(a.upstream, tmp) if a.upstream else None
+        if work is not None:
+            print(match_tie_order(a.upstream_python), file=sys.stderr, flush=True)
         if work is None:
             print("| model | ours, wall s | ours, cpu s |\n|---|---|---|")
         else:

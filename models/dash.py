@@ -26,8 +26,8 @@ Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length 
   0.3477). Most of DASH-short's gap was the checkpoint rule (its 5 Adam steps on a small fold overshoot; upstream
   keeps an earlier epoch's weights): that rule alone gave 0.3589. Upstream's batches in time order instead of numpy
   1.26's permutation give 0.3585 / 0.3459 / 0.3475 (per user up to ±0.003): the permutation is worth reproducing,
-  not noise. On the upstream-check users the published reference differs from upstream's same code run here by
-  up to 5e-4 (made where numpy sorts with AVX-512, another tie order; bench/upstream_check.py, README).
+  not noise. On the upstream-check users the published reference depends on it by up to 5e-4; in the published
+  results' tie order (the default, models/legacy_sort.py) every row here equals it to the 6th decimal.
 - DASH[ACT-R]'s tensor has one row per previous review: the usual ≤ max_seq_len filter.
 - DASH[ACT-R]'s `state_dict` rounds to 4 decimals, and upstream predicts with `Model(state_dict)`: the fitted
   (and the default, fallback) weights are rounded to 4 decimals. DASH's `state_dict` does not round.

@@ -31,9 +31,9 @@ as dear per target as a gradient pass). The batching stays "length-shared" (a ca
 together, card order): the gradient's summation order, hence every bit of the result, is the one it had when the
 items replayed cards. The upstream-style trainer
 (`--trainer upstream`, torch) sorts its rows the same way (SeqModel.batch_sort); `--trainer autograd` keeps the engine's whole-card batches.
-On the upstream-check users upstream's own code run here gives 0.298717 / 0.155615, which the fast trainer now
-reproduces; the published reference (0.306259 / 0.155947) came from another machine (numpy with AVX-512 sorts
-with another tie order).
+On the upstream-check users the fast trainer gives the published 0.306259 / 0.155947 in the default tie order
+(numpy 2.2 with AVX-512, the published results' environment: models/legacy_sort.py) and upstream's code run with
+numpy 1.26 without AVX-512 (0.298717 / 0.155615) in the "generic" one.
 
 Engine plug-in: the counts depend on the data alone, so `target_inputs` computes every target's √successes,
 √failures and elapsed time once per fit or prediction, and the card functions (card_loss_grad, card_predict)

@@ -6,7 +6,8 @@ DASH, DASH[MCM] and HLR every row has the same "length" (len of an 8- or 2-featu
 permutation of the time-ordered rows, and that permutation decides which rows share a mini-batch. Upstream pinned
 numpy 1.26.4 (pandas 2.2.3); numpy >= 2 leaves an already sorted array in place, so numpy's own argsort here cannot
 give upstream's order. This module reproduces numpy 1.26's generic introsort (the routine it runs on CPUs without
-AVX-512; with AVX-512, numpy 1.26 hands 64-bit keys to x86-simd-sort, another order): median-of-three quicksort
+AVX-512; with AVX-512, numpy 1.26 hands 64-bit keys to x86-simd-sort, another order: models/legacy_sort_avx512.py
+reproduces that one; `upstream_argsort` picks the CPU's): median-of-three quicksort
 partitions while 17 or more elements remain, the larger part pushed on a stack, insertion sort below, heapsort
 past a depth limit of 2·floor(log2 n). Checked element for element against numpy 1.26.4 on 128 arrays (equal keys,
 n = 0..79 and up to 50,000; random keys with 2 to 1000 distinct values; sorted and reversed ones; n up to 30,000;
@@ -22,7 +23,7 @@ import os
 import numpy as np
 from numba import njit
 
-TIE_ORDER_ENV = "SRS_BENCH_TIE_ORDER"  # "generic": this module's order on every CPU (machine-independent results)
+TIE_ORDER_ENV = "SRS_BENCH_TIE_ORDER"  # which numpy's tie order (upstream_argsort)
 
 SMALL_QUICKSORT = 15  # numpy's cut-over: a range is partitioned while pr − pl > 15 (17 or more elements)
 
@@ -141,21 +142,35 @@ def argsort_numpy126(v):
 
 
 def numpy_sorts_with_avx512() -> bool:
-    """Whether numpy hands 64-bit argsort to x86-simd-sort's AVX-512 routine on this CPU (numpy >= 1.25 does where
-    the CPU has AVX512_SKX): then numpy 1.26 ran that routine too, and numpy's own quicksort here gives its order."""
+    """Whether numpy 1.26 hands 64-bit argsort to x86-simd-sort's AVX-512 routine on this CPU (numpy >= 1.25 does
+    where the CPU has AVX512_SKX)."""
     return bool(np._core._multiarray_umath.__cpu_features__.get("AVX512_SKX", False))
 
 
+TIE_ORDERS = ("published", "cpu", "generic", "numpy1.26-avx512")
+
+
 def upstream_argsort(key: np.ndarray) -> np.ndarray:
-    """numpy 1.26's np.argsort(key, kind="quicksort") as upstream's pinned numpy ran it on THIS CPU: numpy's own
-    argsort on CPUs with AVX-512 (the same x86-simd-sort routine; with it upstream-check's published numbers, which
-    came from such a CPU, were reproduced exactly), argsort_numpy126 elsewhere (checked against upstream's code run
-    on an AVX2 CPU: equal on every user). So a row equals upstream's code run on the same machine, as upstream's own
-    numbers depend on the machine; SRS_BENCH_TIE_ORDER=generic takes argsort_numpy126 on every CPU instead (one
-    order on a cluster of mixed CPUs)."""
-    choice = os.environ.get(TIE_ORDER_ENV, "cpu")
-    if choice not in ("cpu", "generic"):
-        raise ValueError(f"{TIE_ORDER_ENV}={choice!r}: expected 'cpu' (the default) or 'generic'")
-    if choice == "cpu" and numpy_sorts_with_avx512():
-        return np.argsort(np.asarray(key, dtype=np.int64), kind="quicksort")
-    return argsort_numpy126(np.ascontiguousarray(key, dtype=np.int64))
+    """Upstream's np.argsort(key, kind="quicksort") of its training rows' lengths, in the tie order chosen by
+    SRS_BENCH_TIE_ORDER:
+    - "published" (default, on every CPU): numpy 2.0–2.2 on a CPU with AVX-512 (x86-simd-sort; models/
+      legacy_sort_avx512.argsort_numpy22_avx512), the environment behind upstream's published results: with it
+      the trainers that replay upstream's batches equal the published upstream-check numbers to the 6th decimal;
+    - "generic": numpy 1.26 on a CPU without AVX-512 (argsort_numpy126, its introsort);
+    - "numpy1.26-avx512": numpy 1.26 on a CPU with AVX-512 (x86-simd-sort's older networks);
+    - "cpu": numpy 1.26 as it runs on this CPU (one of the two above), to compare with upstream's code run here in
+      a numpy-1.26 environment (bench/bench_side_by_side.py).
+    Every order is checked against the numpy version itself (tests/test_legacy_sort.py)."""
+    choice = os.environ.get(TIE_ORDER_ENV, "published")
+    if choice not in TIE_ORDERS:
+        raise ValueError(f"{TIE_ORDER_ENV}={choice!r}: expected one of {', '.join(TIE_ORDERS)}")
+    key = np.ascontiguousarray(key, dtype=np.int64)
+    if choice == "cpu":
+        choice = "numpy1.26-avx512" if numpy_sorts_with_avx512() else "generic"
+    if choice == "generic":
+        return argsort_numpy126(key)
+    from models import legacy_sort_avx512
+
+    if choice == "published":
+        return legacy_sort_avx512.argsort_numpy22_avx512(key)
+    return legacy_sort_avx512.argsort_numpy126_avx512(key)

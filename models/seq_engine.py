@@ -238,7 +238,7 @@ def time_order(t_row: np.ndarray) -> np.ndarray:
 def argsort(key: np.ndarray, sort_kind: str) -> np.ndarray:
     """np.argsort(key, kind=sort_kind), or with sort_kind "numpy1.26" numpy 1.26's quicksort order on this CPU (the
     tie order of upstream's January-2025 runs, models/legacy_sort.upstream_argsort), which numpy >= 2 no longer
-    gives on CPUs without AVX-512."""
+    gives."""
     if sort_kind == NUMPY126:
         from models.legacy_sort import upstream_argsort
 

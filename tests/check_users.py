@@ -23,11 +23,11 @@ CHECK = Path(__file__).resolve().parent / "fixtures" / "upstream-check"
 # Upstream's own per-user results on CHECK: {model: {user: {"size": n, "metrics": {...}}}}
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text())
 
-# Upstream's trainers sorted training rows by history length with numpy 1.26's unstable quicksort, whose tie order
-# depends on the CPU (models/legacy_sort.py); which rows share a batch decides the trained weights. The tests pin
-# numpy 1.26's generic order (tests/conftest.py), and UPSTREAM_NO_AVX512 is upstream's own code run on a CPU that
-# sorts that way: the trainers that replay upstream's batches equal it (the published UPSTREAM came from a CPU
-# with AVX-512, another tie order). See fixtures/upstream-check/README.md.
+# Upstream's trainers sorted training rows by history length with numpy's unstable quicksort, whose tie order
+# depends on the numpy version and the CPU (models/legacy_sort.py); which rows share a batch decides the trained
+# weights. UPSTREAM came from numpy 2.0-2.2 on an AVX-512 CPU, the default order ("published", tests/conftest.py):
+# the trainers that replay upstream's batches equal it. UPSTREAM_NO_AVX512 is upstream's code run with numpy 1.26
+# on a CPU without AVX-512 ("generic"). See fixtures/upstream-check/README.md.
 UPSTREAM_NO_AVX512 = json.loads((CHECK / "upstream-results-no-avx512.json").read_text())
 
 

@@ -8,6 +8,7 @@ script.py (other.py's --model, --short, --dry; script.py's --partitions, --recen
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -132,3 +133,23 @@ def test_compare_results_reports_means_and_the_worst_user(tmp_path):
         "2 users, sizes equal; LogLoss 0.4000 vs 0.4000, per user ≤ 1.0e-02"
     write(theirs, [(1, 10, 0.31), (2, 21, 0.49)])
     assert sbs.compare_results(ours, theirs).startswith("DIFFERENT users/sizes: [2]")
+
+
+@pytest.mark.parametrize("numpy_says,expected", [("1.26.4 True", "cpu"), ("1.26.4 False", "cpu"),
+                                                 ("2.2.6 True", "published"), ("2.2.6 False", None),
+                                                 ("2.4.1 True", None)])
+def test_tie_order_follows_upstreams_numpy(numpy_says, expected, tmp_path, monkeypatch):
+    """Our SRS_BENCH_TIE_ORDER is set to the order of upstream's numpy (asked through its interpreter): 1.26 as it
+    runs on this CPU, 2.0-2.2 with AVX-512 the published order; others have no re-implementation and say so."""
+    from models.legacy_sort import TIE_ORDER_ENV
+
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho {numpy_says}\n")
+    fake.chmod(0o755)
+    monkeypatch.delenv(TIE_ORDER_ENV, raising=False)
+    line = sbs.match_tie_order(str(fake))
+    assert os.environ.get(TIE_ORDER_ENV) == expected
+    assert ("does not reproduce" in line) == (expected is None)
+    monkeypatch.setenv(TIE_ORDER_ENV, "generic")  # a value already set is kept
+    assert sbs.match_tie_order(str(fake)).endswith("(from the environment)")
+    assert os.environ[TIE_ORDER_ENV] == "generic"

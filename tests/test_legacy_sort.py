@@ -1,16 +1,22 @@
 """models/legacy_sort.py: numpy 1.26's quicksort argsort order, which upstream's January-2025 batches came from.
 
 The expected permutations below are numpy 1.26.4's own np.argsort(..., kind="quicksort") outputs (run in upstream's
-environment, a CPU without AVX-512: the generic introsort), plus one traced by hand: an independent implementation,
-not this module's output."""
+environment, a CPU without AVX-512: the generic introsort), plus one traced by hand, and for models/legacy_sort_avx512.py
+numpy 1.26.4's and 2.2.6's outputs on an AVX-512 CPU (tests/fixtures/numpy-avx512): an independent implementation, not this
+project's output."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench.tie_order_fixture import case_keys, digest
 from models import legacy_sort
 from models.legacy_sort import argsort_numpy126
+from models.legacy_sort_avx512 import argsort_numpy22_avx512, argsort_numpy126_avx512
 from models.seq_engine import NUMPY126, argsort
 
 
@@ -70,25 +76,71 @@ def test_heapsort_fallback_sorts():
     assert sorted(order.tolist()) == list(range(1000)) and (np.diff(keys[order]) >= 0).all()
 
 
-def test_engine_argsort_dispatch():
+def test_engine_argsort_dispatch(monkeypatch):
+    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "generic")
     keys = np.zeros(42, dtype=np.int64)
     assert argsort(keys, NUMPY126).tolist() == NUMPY_1_26_4[42]
     assert argsort(keys, "stable").tolist() == list(range(42))
 
 
-def test_upstream_argsort_follows_the_cpu_unless_pinned(monkeypatch):
-    """numpy 1.26 ran x86-simd-sort where the CPU has AVX-512 (numpy's own argsort there gives that order) and the
-    generic introsort elsewhere; SRS_BENCH_TIE_ORDER=generic pins the introsort on every CPU."""
-    keys = np.zeros(42, dtype=np.int64)
-    native = np.argsort(keys, kind="quicksort").tolist()
-    monkeypatch.setattr(legacy_sort, "numpy_sorts_with_avx512", lambda: True)
-    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "cpu")
-    assert legacy_sort.upstream_argsort(keys).tolist() == native
-    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "generic")
-    assert legacy_sort.upstream_argsort(keys).tolist() == NUMPY_1_26_4[42]
-    monkeypatch.setattr(legacy_sort, "numpy_sorts_with_avx512", lambda: False)
-    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "cpu")
-    assert legacy_sort.upstream_argsort(keys).tolist() == NUMPY_1_26_4[42]
-    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "avx512")
+def test_upstream_argsort_orders(monkeypatch):
+    """The default is the published results' order (numpy 2.2, AVX-512) on every CPU; "cpu" is numpy 1.26 as it
+    runs on this CPU; "generic" and "numpy1.26-avx512" pin one of numpy 1.26's two."""
+    keys = np.zeros(100, dtype=np.int64)
+    generic, avx512_126, avx512_22 = NUMPY_1_26_4[100], AVX512["1.26"][100], AVX512["2.2"][100]
+    assert avx512_22 == list(range(100)) and len({tuple(generic), tuple(avx512_126), tuple(avx512_22)}) == 3
+    monkeypatch.delenv(legacy_sort.TIE_ORDER_ENV, raising=False)
+    for cpu_has_avx512 in (True, False):
+        monkeypatch.setattr(legacy_sort, "numpy_sorts_with_avx512", lambda: cpu_has_avx512)
+        assert legacy_sort.upstream_argsort(keys).tolist() == avx512_22
+    for cpu_has_avx512, setting, expected in ((True, "cpu", avx512_126), (False, "cpu", generic),
+                                              (True, "generic", generic), (False, "numpy1.26-avx512", avx512_126),
+                                              (False, "published", avx512_22)):
+        monkeypatch.setattr(legacy_sort, "numpy_sorts_with_avx512", lambda: cpu_has_avx512)
+        monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, setting)
+        assert legacy_sort.upstream_argsort(keys).tolist() == expected, (cpu_has_avx512, setting)
+    monkeypatch.setenv(legacy_sort.TIE_ORDER_ENV, "native")
     with pytest.raises(ValueError, match="SRS_BENCH_TIE_ORDER"):
         legacy_sort.upstream_argsort(keys)
+
+
+# numpy 1.26.4's and numpy 2.2.6's np.argsort(keys, kind="quicksort") on an AVX-512 CPU (x86-simd-sort), written
+# by bench/tie_order_fixture.py under those numpy versions: an independent implementation.
+FIXTURES = {version: json.loads((Path(__file__).parent / "fixtures" / "numpy-avx512" /
+                                 f"argsort-numpy{version}.json").read_text()) for version in ("1.26", "2.2")}
+AVX512 = {version: {row["case"][1]: row["order"] for row in fixture["cases"] if "order" in row}
+          for version, fixture in FIXTURES.items()}
+EMULATION = {"1.26": argsort_numpy126_avx512, "2.2": argsort_numpy22_avx512}
+
+
+@pytest.mark.parametrize("version", ["1.26", "2.2"])
+def test_avx512_order_of_equal_keys_in_full(version):
+    """Up to 64 (numpy 1.26) or 256 (numpy 2.2) keys the bitonic networks keep equal keys in place; beyond, the
+    vector partition permutes them (the pivot equals every key, so nothing is sorted again)."""
+    limit = 64 if version == "1.26" else 256
+    assert EMULATION[version](np.zeros(limit, dtype=np.int64)).tolist() == list(range(limit))
+    assert EMULATION[version](np.zeros(limit + 1, dtype=np.int64)).tolist() != list(range(limit + 1))
+    for n, order in AVX512[version].items():
+        assert EMULATION[version](np.zeros(n, dtype=np.int64)).tolist() == order
+
+
+@pytest.mark.parametrize("version", ["1.26", "2.2"])
+def test_avx512_order_as_numpy_on_every_fixture_case(version):
+    """190 arrays (equal keys, 2 to 5000 distinct values, history-like lengths, sorted, reversed and cyclic runs;
+    n up to 200,000, deep enough for the std::sort fallback past 2·floor(log2 n) levels): the same permutation."""
+    assert FIXTURES[version]["numpy"].startswith(version)
+    wrong = []
+    for row in FIXTURES[version]["cases"]:
+        if digest(EMULATION[version](case_keys(*row["case"]))) != row["sha256"]:
+            wrong.append(row["case"])
+    assert not wrong, wrong
+
+
+def test_avx512_orders_sort():
+    rng = np.random.default_rng(8)
+    for n, hi in ((70, 3), (300, 2), (5000, 3), (20000, 1000), (3000, 1), (100000, 40)):
+        keys = rng.integers(0, hi, n).astype(np.int64)
+        for emulation in EMULATION.values():
+            order = emulation(keys)
+            assert sorted(order.tolist()) == list(range(n))
+            assert (np.diff(keys[order]) >= 0).all()
