@@ -106,13 +106,20 @@ untransposed ("t") and 31 with w_ihᵀ C-contiguous ("n", `dot_acc`); the recurr
 128 cards 108, 76, 53, 40 ns per row against 38, 36, 32, 31. Paired (bench/bench_lstm.py: lstm_cards_loss on one
 fine-tune pass of sim36 users 19, 10, 27, 5, the old and new kernels alternated 7 times each in one process, float32,
 one thread, CPU time): the blocked weight gradient 1.078× (per user 1.07–1.08), the transposed weights in the
-LSTM's forward products another 1.033× (1.03–1.04), both 1.110× against the kernel before (1.10–1.12). The
-float32 gradient moves by ≤ 2.4e−7 of its largest entry, the loss and P(recall) not at all.
+LSTM's forward products another 1.033× (1.03–1.04), both 1.110× against the kernel before (1.10–1.12; the
+45k-review user's pass, 40k rows in 2 groups: 1.118×, 9 pairs). The float32 gradient moves by ≤ 2.4e−7 of its
+largest entry, the loss and P(recall) not at all (float64: 2e−16). The LSTM row's projection for 10,000 users
+(bench/bench_executors.py project), main's kernel and this one back to back four times: 13.91 → 13.03, 12.85 →
+11.71, 12.95 → 12.22, 13.00 → 12.02 CPU-hours (68.5 → 64.5, 63.6 → 57.7, 64.0 → 60.0, 64.1 → 59.5 ms per 1k raw
+reviews; paired 1.07, 1.10, 1.06, 1.08); a pass is ≈ 1.2 µs per row now, the LSTM layers ≈ 130 ns per row
+forward and ≈ 190 reverse each (alone, 512-row chunks; their products ≈ 63 and ≈ 124 of it).
 Measured and not kept: dL/dh_prev and dL/du of a step as one product dg·[w_hh | w_ih] ([nk, 80]·[80, 40]: 61–65
 ns per row against 31–34 + 31 for the two products; dL/du is already one product over the chunk after the
 recurrence); hand-written products with FMA for the per-step 20→80 product (a row at a time, the 80 outputs
 innermost or the 20 terms innermost: 107–550 ns per row against sgemm's 31–38); the 20×20 linears with transposed
-weights (12.5 against 12.3 ns per row alone: no gain); chunks of 1024 steps (0.95×) or 256 (1.00×; sim36 users 19
+weights (12.5 against 12.3 ns per row alone: no gain); the gate-gradient loop of lstm_backward split into three
+per-row loops of few arrays each (dh and dc in place, the four gate gradients, dc and h_prev to the previous step;
+0.983× paired, 28 pairs); chunks of 1024 steps (0.95×) or 256 (1.00×; sim36 users 19
 and 27, 7 pairs each). Not tried for want of a clear gain: each LayerNorm folded into the linear after it (γ into
 its weight columns, β into its bias) would save what writing y = x̂·γ (+ β) and summing dL/dγ over the rows cost: a
 LayerNorm alone without them ([512, 20] float32, min of 5) 13.4 against 16.6 ns per row forward, 10.9 against 12.6
