@@ -96,6 +96,36 @@ LayerNorms (all six are followed by a linear) folded into that linear (γ into i
 writes only x̂ and the reverse sums dL/dγ over 20×20 or 80×20 weight entries instead of the rows), the backward's
 per-step dL/dh_prev and dL/du as one product per step, larger chunks for the per-position layers.
 
+On AMD Zen 4 (AVX-512; OpenBLAS 0.3.31 runs its SkylakeX kernels; 2026-11-24, branch lstm4): perf of the kernel
+above (the 45k-review user's fine-tune pass, 40k rows, float32, one core, ≈ 1.4 µs per row): BLAS 44% (sgemm's
+packed kernel 21%, its small-matrix kernels 14%, packing copies 8%), the compiled code 53%. OpenBLAS multiplies
+small matrices (M·N·K ≤ 100³) with kernels that skip the packing, and those measured faster on every product here;
+products alone (CPU time, min of 5): the weight gradient dgᵀ·[h_prev | u] ([80, 40] over a chunk's ~512 rows) 100 ns
+per row in one product, 59 in blocks of ≤ 312 rows (`SMALL_MNK`); u·w_ihᵀ [N, 20]·[20, 80] 36 ns per row with w_ih
+untransposed ("t") and 31 with w_ihᵀ C-contiguous ("n", `dot_acc`); the recurrence's per-step h·w_hhᵀ at 8, 17, 43,
+128 cards 108, 76, 53, 40 ns per row against 38, 36, 32, 31. Paired (bench/bench_lstm.py: lstm_cards_loss on one
+fine-tune pass of sim36 users 19, 10, 27, 5, the old and new kernels alternated 7 times each in one process, float32,
+one thread, CPU time): the blocked weight gradient 1.078× (per user 1.07–1.08), the transposed weights in the
+LSTM's forward products another 1.033× (1.03–1.04), both 1.110× against the kernel before (1.10–1.12; the
+45k-review user's pass, 40k rows in 2 groups: 1.118×, 9 pairs). The float32 gradient moves by ≤ 2.4e−7 of its
+largest entry, the loss and P(recall) not at all (float64: 2e−16). The LSTM row's projection for 10,000 users
+(bench/bench_executors.py project), main's kernel and this one back to back four times: 13.91 → 13.03, 12.85 →
+11.71, 12.95 → 12.22, 13.00 → 12.02 CPU-hours (68.5 → 64.5, 63.6 → 57.7, 64.0 → 60.0, 64.1 → 59.5 ms per 1k raw
+reviews; paired 1.07, 1.10, 1.06, 1.08); a pass is ≈ 1.2 µs per row now, the LSTM layers ≈ 130 ns per row
+forward and ≈ 190 reverse each (alone, 512-row chunks; their products ≈ 63 and ≈ 124 of it).
+Measured and not kept: dL/dh_prev and dL/du of a step as one product dg·[w_hh | w_ih] ([nk, 80]·[80, 40]: 61–65
+ns per row against 31–34 + 31 for the two products; dL/du is already one product over the chunk after the
+recurrence); hand-written products with FMA for the per-step 20→80 product (a row at a time, the 80 outputs
+innermost or the 20 terms innermost: 107–550 ns per row against sgemm's 31–38); the 20×20 linears with transposed
+weights (12.5 against 12.3 ns per row alone: no gain); the gate-gradient loop of lstm_backward split into three
+per-row loops of few arrays each (dh and dc in place, the four gate gradients, dc and h_prev to the previous step;
+0.983× paired, 28 pairs); chunks of 1024 steps (0.95×) or 256 (1.00×; sim36 users 19
+and 27, 7 pairs each). Not tried for want of a clear gain: each LayerNorm folded into the linear after it (γ into
+its weight columns, β into its bias) would save what writing y = x̂·γ (+ β) and summing dL/dγ over the rows cost: a
+LayerNorm alone without them ([512, 20] float32, min of 5) 13.4 against 16.6 ns per row forward, 10.9 against 12.6
+reverse, ≈ 24 ns per row for the ≈ 4.8 LayerNorms a row passes (3 at every row, 3 at the read rows): ≈ 2% of a
+pass at most, before the folded weights and their gradients per chunk.
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
@@ -299,12 +329,33 @@ def dot_wt_acc(x, w, out):
     gemm_acc(ord("t"), ord("n"), w.shape[0], x.shape[0], x.shape[1], w, w.shape[1], x, row_ld(x), out, row_ld(out))
 
 
+# OpenBLAS (0.3.31, SkylakeX kernels) multiplies small matrices (M·N·K ≤ 100³) with kernels that skip its packing
+# copies: a chunk's weight gradient dgᵀ·[h_prev | u] ([80, 40] summed over ~512 rows) took 100 ns per row in one
+# product and 59 in blocks of ≤ 312 rows (also 59 ns per row at 256; 67 at 64: per-call overhead)
+SMALL_MNK = 1_000_000
+
+
+@njit(cache=True, error_model="numpy")
+def dot_acc(x, wt, out):
+    """out [N, M] += x [N, K]·wt [K, M] (wt C-contiguous: a weight matrix transposed; x, out: rows contiguous).
+    Against dot_wt_acc (w untransposed, BLAS's "t" operand) OpenBLAS's small kernels ran this form ("n", "n") 1.2×
+    faster on a chunk's rows ([N, 20]·[20, 80], N = 128–512: 31 ns per row against 36–40) and 1.3–2.8× on the
+    recurrence's per-step products (8–64 rows: 31–38 ns per row against 45–108)."""
+    assert x.strides[1] == x.itemsize and out.strides[1] == out.itemsize and wt.shape[0] == x.shape[1]
+    gemm_acc(ord("n"), ord("n"), wt.shape[1], x.shape[0], x.shape[1], wt, wt.shape[1], x, row_ld(x), out,
+             row_ld(out))
+
+
 @njit(cache=True, error_model="numpy")
 def dot_tn_acc(gy, x, gw):
-    """gw [M, K] += gy [N, M]ᵀ·x [N, K] (rows contiguous; gw C-contiguous): a weight gradient summed over rows."""
+    """gw [M, K] += gy [N, M]ᵀ·x [N, K] (rows contiguous; gw C-contiguous): a weight gradient summed over rows, in
+    blocks of rows small enough for BLAS's small-matrix kernels (SMALL_MNK)."""
     assert x.strides[1] == x.itemsize and gy.strides[1] == gy.itemsize and gw.shape[1] == x.shape[1]
-    gemm_acc(ord("n"), ord("t"), x.shape[1], gy.shape[1], x.shape[0], x, row_ld(x), gy, row_ld(gy), gw,
-             gw.shape[1])
+    n, blk = x.shape[0], max(64, SMALL_MNK // (x.shape[1] * gy.shape[1]))
+    for r in range(0, n, blk):
+        e = min(r + blk, n)
+        gemm_acc(ord("n"), ord("t"), x.shape[1], gy.shape[1], e - r, x[r:e], row_ld(x), gy[r:e], row_ld(gy), gw,
+                 gw.shape[1])
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -442,13 +493,14 @@ def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     for r in range(n):  # the gates' pre-activations: both biases, then u·w_ihᵀ added onto them (gemm_acc)
         for j in range(G4):
             act[r, j] = tmp[0, j]
-    dot_wt_acc(u, w_ih, act)
+    wt_ih, wt_hh = np.ascontiguousarray(w_ih.T), np.ascontiguousarray(w_hh.T)  # [H, 4H]: dot_acc's faster form
+    dot_acc(u, wt_ih, act)
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
         if k > 0:  # the recurrent term added onto the step's rows (none at the first step: zero state)
             p0 = off[k - 1]
-            dot_wt_acc(h[p0:p0 + nk], w_hh, act[r0:r0 + nk])
+            dot_acc(h[p0:p0 + nk], wt_hh, act[r0:r0 + nk])
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
@@ -507,7 +559,8 @@ def lstm_backward(u, h, c, tanh_c, gates, w_ih, w_hh, off, bs, gh, g_ih, g_hh, g
         if k > 0:
             p0 = off[k - 1]
             np.dot(dg[r0:r0 + nk], w_hh, dh_rec[p0:p0 + nk])  # the previous step's only term of its kind
-    gw = np.dot(dg.T, hu)  # [4H, 2H]: dL/dw_hh | dL/dw_ih
+    gw = np.zeros((G4, 2 * H), u.dtype)  # [4H, 2H]: dL/dw_hh | dL/dw_ih
+    dot_tn_acc(dg, hu, gw)
     for i in range(G4):
         for j in range(H):
             g_hh[i, j] += gw[i, j]

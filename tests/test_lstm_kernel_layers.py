@@ -1,6 +1,6 @@
 """The LSTM kernels' elementwise layers (models/lstm_kernels.py: silu, silu_back, add), which run over their arrays
 flat, on the views chunk_loss hands them (row prefixes of the shared work space), and the products that add onto
-their outputs (dot_wt_acc, dot_tn_acc: BLAS with beta = 1), against numpy's formulas in float64 (the whole network
+their outputs (dot_wt_acc, dot_acc, dot_tn_acc: BLAS with beta = 1), against numpy's formulas in float64 (the whole network
 is held to torch autograd in tests/test_lstm_compiled.py)."""
 
 from __future__ import annotations
@@ -59,3 +59,30 @@ def test_products_add_onto_their_outputs(dtype):
     gw0 = gw.astype(np.float64)
     K.dot_tn_acc(gy, x, gw)
     np.testing.assert_allclose(gw, gw0 + gy.astype(np.float64).T @ x.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_transposed_and_blocked_products(dtype):
+    """dot_acc (out += x·wt, wt a transposed weight matrix) on row slices, and dot_tn_acc over more rows than one
+    of its small-matrix blocks (SMALL_MNK: [80, 40] summed over 700 rows goes in 3 blocks, the last one short, one
+    operand with a wider row stride), against float64 numpy; nothing outside the targets moves."""
+    rng = np.random.default_rng(13)
+    wide = rng.normal(0, 1, (40, 2 * K.H)).astype(dtype)
+    x = wide[3:29, K.H:]  # 26 rows, row stride 2H
+    wt = rng.normal(0, 1, (K.H, K.G4)).astype(dtype)
+    out_all = rng.normal(0, 1, (30, K.G4)).astype(dtype)
+    expect = out_all.astype(np.float64)
+    K.dot_acc(x, wt, out_all[2:28])
+    expect[2:28] += x.astype(np.float64) @ wt.astype(np.float64)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(out_all, expect, rtol=tol, atol=tol)
+    n = 700
+    assert n > 2 * K.SMALL_MNK // (K.G4 * 2 * K.H)
+    hu_all = rng.normal(0, 1, (n, 3 * K.H)).astype(dtype)
+    hu = hu_all[:, :2 * K.H]  # row stride 3H
+    dg = rng.normal(0, 1, (n, K.G4)).astype(dtype)
+    gw = rng.normal(0, 1, (K.G4, 2 * K.H)).astype(dtype)
+    gw0 = gw.astype(np.float64)
+    K.dot_tn_acc(dg, hu, gw)
+    tol = 1e-11 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(gw, gw0 + dg.astype(np.float64).T @ hu.astype(np.float64), rtol=tol, atol=tol)
