@@ -33,13 +33,25 @@ to pow a target). On the recorded training batches of the last fold of a 45k-rev
 1.08-1.15x at 8-20, the whole set 1.10-1.19x a round (median ~1.14x); predictions 3e-16 relative, gradient 7e-15
 of its largest component from before. Measured and not kept (same batches, paired against the previous version):
 LANES 16 (1.04-1.13x, below 32's ~1.14x) and 64 (1.10-1.20x, within noise of 32): 32 stays; the decoder's
-weights read into locals as the encoder's are (no change: 1.09-1.16x with and without); windows longer than 20
-in this kernel (synthetic 512-target batches: 1.0x at L 24, 0.79x at 32, 0.41x at 64; 1.1x on real L 24 and 31
-batches: not worth a second threshold); the head by vec_math's exp1/log1/log1p1 in a helper without fastmath,
+weights read into locals as the encoder's are (no change: 1.09-1.16x with and without); the head by vec_math's
+exp1/log1/log1p1 in a helper without fastmath,
 called per block: numba compiled that helper, first reached from this fastmath kernel, WITH the caller's
 "reassoc" (exp1's t − 1.5·2^52 rounding trick folded away: S off by up to 40%; correct when compiled alone):
 a trap for exp1 and its kin under "reassoc" (the FSRS lane kernels use "contract" only); its gain over
 1/√base was within noise.
+Then LANES_MAX_WINDOW 20 -> 31: the real training batches of windows 21-31 run faster here than in the per-target
+kernel (this version, 8 alternated calls each: a 45k-review user's L 31 batch of 273 targets 1.35x, tiled to 546
+1.31x; sim36 user 6's L 31 (334 targets) 1.30x, tiled 1.13x; user 14's L 24 1.20-1.23x), while synthetic
+batches (exponential intervals, uniform ratings) cross over near 24-32 (B 273: 1.07x at 24, 0.83x at 32, 0.54x
+at 64), so 31, the longest real window measured; whole users with such windows (sim36 6, 7, 11, 14; separate
+processes alternated, 4 pairs) 1.04-1.24x, median 1.07x; the 45k user 1.02x (its one L 31 batch a fold).
+Measured and not kept: the padded keys and values of the encoder's self-attention entering once with their count
+when a whole block is padded there (key P-1 weighted by L-P+1, each query's value by how many of those keys its
+mask keeps): 1.2-1.35x on small users' single heavily padded batches but 0.95-0.98x on short windows;
+whole users 1.01x (45k user) and 1.02x (8 sim36 users), and small users getting faster tilts the
+projection's per-review slope the wrong way; the same in the per-target kernel for windows over 20: 0.88-1.08x
+on real batches; the eight small masks read in kernel_masks' layout (no transposes, saves eight numpy calls a
+batch): 0.68-0.82x (strided byte reads in the lane loops instead).
 """
 
 from __future__ import annotations
@@ -56,7 +68,7 @@ from models.transformer_kernels import (D_CA, D_COUT, D_L1, D_L2, D_N1, D_N2, D_
 from models.vec_math import exp_nonpos1
 
 LANES = 32  # targets per block: the block's scratch stays in cache
-LANES_MAX_WINDOW = 20  # longer windows: the per-target kernel (its loops over the L keys vectorise there)
+LANES_MAX_WINDOW = 31  # longer windows: the per-target kernel (its loops over the L keys vectorise there; docstring)
 assert DECAY == -0.5  # the head's p = base ** DECAY is computed as 1/√base (no call to pow)
 
 
