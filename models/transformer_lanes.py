@@ -20,9 +20,10 @@ Measured (one synthetic batch of 512 targets, forward + reverse, old/new CPU tim
 L = 2: 2.9×, 4: 2.2×, 8: 2.1×, 16: 1.03×, 24: 0.99× (long windows are the L² attention loops, which the per-target
 kernel vectorises over the keys too). On the real batches of a 45k-review simulated user (all five folds, kernel
 time summed per window): 1.95-2.1× at L <= 7, 1.65-1.8× at 8-11, 1.45-1.7× at 12-15, 1.1-1.3× at 17-20, 0.98-1.09×
-at 24-36; so models/transformer.py runs this kernel up to LANES_MAX_WINDOW = 20. What made the difference:
-error_model="numpy" (numba's default checks every division for a zero divisor and raises, which kept each loop with
-a LayerNorm scalar: 1.5-2× at L 2-8 with it, the lanes' independent chains overlapping but not vectorised).
+at 24-36; so models/transformer.py ran this kernel up to LANES_MAX_WINDOW = 20 (31 since: below). What made the
+difference: error_model="numpy" (numba's default checks every division for a zero divisor and raises, which kept
+each loop with a LayerNorm scalar: 1.5-2× at L 2-8 with it, the lanes' independent chains overlapping but not
+vectorised).
 Blocks of 32 and 64 lanes were within noise of each other at L <= 8, 32 slightly ahead at 16-24.
 
 Issue #19, once rounding changes were allowed (models/transformer.py, the policy): the cross-attention's exps by
