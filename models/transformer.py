@@ -70,6 +70,18 @@ The two trainers:
   at 6, 1.3x slower at 14). What is left changes rounding, and this model's AUC follows any rounding change
   through near-ties (above) further than the 1e-5 its result lines are held to: float32 (upstream's precision),
   the lane kernel for prediction or longer windows, vectorised cross-attention exps, another lane count.
+  THE ROUNDING POLICY since then (issue #19, the lead's decision): float64 rounding changes are allowed where
+  these hold and are reported: every user's size exact; Log Loss and RMSE(bins) of every user equal to before
+  within 1e-9 relative; AUC moving only through near-ties (its largest move reported on the embedded users,
+  sim36 1-12 and the 45k-review user); predictions for fixed weights equal within 1e-12 relative; the kernels
+  still equal to torch autograd in float64 (tests/test_transformer_compiled.py). float32 stays out (it moves Log
+  Loss digits). Under it (models/transformer_lanes.py has the kernel-level numbers): the lane kernel's
+  cross-attention exps by exp_nonpos1 across the lanes, its head's two pow calls as 1/√base and p/base, and
+  training windows up to 31 (was 20) in the lane kernel. The lane kernel only trains (and evaluates for the
+  divergence check), so predictions for fixed weights are bit-identical (the prediction path is unchanged).
+  Against before, unrounded metrics: every size equal; Log Loss within 2.9e-16 and RMSE(bins) within 3.5e-16
+  relative; AUC moves at most 1.7e-5 on the embedded users, 1.8e-4 on sim36 1-12 (users 5 and 6; the others
+  <= 7.2e-5), 3.9e-7 on the 45k-review user.
 - `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)

@@ -5,9 +5,9 @@ Why: models/transformer_kernels.py runs a batch target by target. For the short 
 targets have L < 8) a target is one long chain of dependent scalar steps (7 LayerNorms with a sqrt and a division
 each, small 2×2 products, the softmax's exps), which no compiler vectorises. Here the same chain runs for a block of
 LANES targets side by side: every per-target scratch value is an array whose last, contiguous axis is the target,
-and each step is a loop over the lanes that LLVM vectorises (AVX2: 4 doubles; exp_nonpos1 is the softmax's
-vectorisable exp). What stays one call per target: the cross-attention's exps (math.exp, as the per-target kernel,
-so that the predictions keep their rounding), exp, pow and log of the head and the loss.
+and each step is a loop over the lanes that LLVM vectorises (AVX2: 4 doubles, AVX-512: 8; exp_nonpos1 is the softmax's
+vectorisable exp, the encoder's and the cross-attention's). What stays one call per target: exp and log of the head
+and the loss (p = 1/√base, no pow).
 
 Same operations per target in the same order as transformer_kernels.batch_loss (read its docstring for what is
 computed: the module's ten dropout sites, the padded positions attending and attended to), so the predictions
@@ -20,10 +20,39 @@ Measured (one synthetic batch of 512 targets, forward + reverse, old/new CPU tim
 L = 2: 2.9×, 4: 2.2×, 8: 2.1×, 16: 1.03×, 24: 0.99× (long windows are the L² attention loops, which the per-target
 kernel vectorises over the keys too). On the real batches of a 45k-review simulated user (all five folds, kernel
 time summed per window): 1.95-2.1× at L <= 7, 1.65-1.8× at 8-11, 1.45-1.7× at 12-15, 1.1-1.3× at 17-20, 0.98-1.09×
-at 24-36; so models/transformer.py runs this kernel up to LANES_MAX_WINDOW = 20. What made the difference:
-error_model="numpy" (numba's default checks every division for a zero divisor and raises, which kept each loop with
-a LayerNorm scalar: 1.5-2× at L 2-8 with it, the lanes' independent chains overlapping but not vectorised).
+at 24-36; so models/transformer.py ran this kernel up to LANES_MAX_WINDOW = 20 (31 since: below). What made the
+difference: error_model="numpy" (numba's default checks every division for a zero divisor and raises, which kept
+each loop with a LayerNorm scalar: 1.5-2× at L 2-8 with it, the lanes' independent chains overlapping but not
+vectorised).
 Blocks of 32 and 64 lanes were within noise of each other at L <= 8, 32 slightly ahead at 16-24.
+
+Issue #19, once rounding changes were allowed (models/transformer.py, the policy): the cross-attention's exps by
+exp_nonpos1 across the lanes (they were math.exp, one call per target and key, kept for the predictions' rounding;
+the lane kernel only trains) and the head's base ** DECAY and base ** (DECAY − 1) as 1/√base and p/base (two calls
+to pow a target). On the recorded training batches of the last fold of a 45k-review user and sim36 users 1, 14, 20
+(this kernel before/after alternated call by call, CPU time, 6 rounds; AMD Zen 4): 1.18-1.25x at L <= 7,
+1.08-1.15x at 8-20, the whole set 1.10-1.19x a round (median ~1.14x); predictions 3e-16 relative, gradient 7e-15
+of its largest component from before. Measured and not kept (same batches, paired against the previous version):
+LANES 16 (1.04-1.13x, below 32's ~1.14x) and 64 (1.10-1.20x, within noise of 32): 32 stays; the decoder's
+weights read into locals as the encoder's are (no change: 1.09-1.16x with and without); the head by vec_math's
+exp1/log1/log1p1 in a helper without fastmath,
+called per block: numba compiled that helper, first reached from this fastmath kernel, WITH the caller's
+"reassoc" (exp1's t − 1.5·2^52 rounding trick folded away: S off by up to 40%; correct when compiled alone):
+a trap for exp1 and its kin under "reassoc" (the FSRS lane kernels use "contract" only); its gain over
+1/√base was within noise.
+Then LANES_MAX_WINDOW 20 -> 31: the real training batches of windows 21-31 run faster here than in the per-target
+kernel (this version, 8 alternated calls each: a 45k-review user's L 31 batch of 273 targets 1.35x, tiled to 546
+1.31x; sim36 user 6's L 31 (334 targets) 1.30x, tiled 1.13x; user 14's L 24 1.20-1.23x), while synthetic
+batches (exponential intervals, uniform ratings) cross over near 24-32 (B 273: 1.07x at 24, 0.83x at 32, 0.54x
+at 64), so 31, the longest real window measured; whole users with such windows (sim36 6, 7, 11, 14; separate
+processes alternated, 4 pairs) 1.04-1.24x, median 1.07x; the 45k user 1.02x (its one L 31 batch a fold).
+Measured and not kept: the padded keys and values of the encoder's self-attention entering once with their count
+when a whole block is padded there (key P-1 weighted by L-P+1, each query's value by how many of those keys its
+mask keeps): 1.2-1.35x on small users' single heavily padded batches but 0.95-0.98x on short windows;
+whole users 1.01x (45k user) and 1.02x (8 sim36 users), and small users getting faster tilts the
+projection's per-review slope the wrong way; the same in the per-target kernel for windows over 20: 0.88-1.08x
+on real batches; the eight small masks read in kernel_masks' layout (no transposes, saves eight numpy calls a
+batch): 0.68-0.82x (strided byte reads in the lane loops instead).
 """
 
 from __future__ import annotations
@@ -40,7 +69,8 @@ from models.transformer_kernels import (D_CA, D_COUT, D_L1, D_L2, D_N1, D_N2, D_
 from models.vec_math import exp_nonpos1
 
 LANES = 32  # targets per block: the block's scratch stays in cache
-LANES_MAX_WINDOW = 20  # longer windows: the per-target kernel (its loops over the L keys vectorise there)
+LANES_MAX_WINDOW = 31  # longer windows: the per-target kernel (its loops over the L keys vectorise there; docstring)
+assert DECAY == -0.5  # the head's p = base ** DECAY is computed as 1/√base (no call to pow)
 
 
 def lane_masks(masks: tuple) -> tuple:
@@ -240,17 +270,17 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
                 for i in range(nb):
                     acc[2, i] = max(acc[2, i], dec[7 + h, i] * st[m, 17 + h, i])
             for i in range(nb):
-                b = b0 + i
-                q, mx = dec[7 + h, i], acc[2, i]
-                tot = 0.0
-                o = 0.0
-                for m in range(L):
-                    e = math.exp(q * st[m, 17 + h, i] - mx)
+                acc[3, i] = 0.0
+                acc[4, i] = 0.0
+            for m in range(L):
+                for i in range(nb):
+                    e = exp_nonpos1(dec[7 + h, i] * st[m, 17 + h, i] - acc[2, i])
                     ca[h, m, i] = e
-                    tot += e
-                    o += e * (mdc[h, m, b] * keep) * st[m, 17 + 2 + h, i]
-                acc[3, i] = 1.0 / tot
-                dec[9 + h, i] = o * acc[3, i]
+                    acc[3, i] += e
+                    acc[4, i] += e * (mdc[h, m, b0 + i] * keep) * st[m, 17 + 2 + h, i]
+            for i in range(nb):
+                acc[3, i] = 1.0 / acc[3, i]
+                dec[9 + h, i] = acc[4, i] * acc[3, i]
             for m in range(L):
                 for i in range(nb):
                     ca[h, m, i] *= acc[3, i]
@@ -289,7 +319,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
             if stab == 0.0:
                 raise ZeroDivisionError("division by zero")
             base = 1.0 + FACTOR * dt[b] / stab
-            p = base ** DECAY
+            p = 1.0 / math.sqrt(base)  # base ** DECAY (DECAY = -0.5), without a call to pow
             p_out[b] = p
             loss, dp = bce(p, y[b], w[b])
             if p != p:
@@ -303,7 +333,7 @@ def batch_loss_lanes(theta, t, g, dt, y, w, masks, keep, grad, p_out):
         for i in range(nb):
             b = b0 + i
             stab, base, dp = dec[31, i], dec[32, i], dec[33, i]
-            dec[34, i] = dp * DECAY * base ** (DECAY - 1.0) * (-FACTOR * dt[b] / stab)
+            dec[34, i] = dp * DECAY * (p_out[b] / base) * (-FACTOR * dt[b] / stab)  # p / base = base ** (DECAY - 1)
         for i in range(nb):
             b = b0 + i
             gz = dec[34, i]
