@@ -31,6 +31,8 @@ from models.seq_model import SeqModel
 S_MIN = 0.01
 S_MAX = 36500.0
 LN09 = math.log(0.9)
+# The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
+LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v3"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
 # the curve; the engine carries adjoints for S and D only). Recall: e^{w6}, S^{w7}, e^{w8(1−R)}; lapse: D'^{w10},
 # S^{w11}, e^{w12(1−R)}. The reverse pass reads them instead of computing the same expressions again.
