@@ -202,7 +202,8 @@ def main() -> None:
     ap.add_argument("--user", type=int, default=1)
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--epoch", type=int, default=0)
-    ap.add_argument("--model", default="FSRS-6", choices=["FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1"])
+    ap.add_argument("--model", default="FSRS-6",
+                    choices=["FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1"])
     ap.add_argument("--recency", action="store_true")
     ap.add_argument("--fit", action="store_true", help="time the 5-fold fit instead of the kernels")
     args = ap.parse_args()

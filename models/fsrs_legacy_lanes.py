@@ -26,7 +26,26 @@ target's −ln R is −x = −ln0.9·t/S itself (no log).
 Results differ from the scalar kernel's by rounding only: exp1 / log1 / log1p1 within 1 ulp of libm, pow as
 exp(p·ln x) and a product of powers as one exp of the summed exponents (v1: e^{w2}(D'+0.1)^{w3}S^{w4}; v2:
 e^{w6}D'^{w7}S^{w8}), dR/dS as −R·x/S, sums in another order, fused multiply-adds (fastmath "contract").
-Tests: tests/test_fsrs_legacy_lanes.py.
+Against a 100-bit reference (mpmath, the equations written out plainly, targets off torch's floors) the lanes
+are within 1e−14 (loss) and 1e−12 (gradient); against torch autograd of the modules' torch steps (floors
+reached) within ~1e−9, torch's own float64 error there (the scalar kernel's the same); against the scalar
+kernel within ~1e−15. Tests: tests/test_fsrs_legacy_lanes.py (also the clamps reached, central differences, the
+engine's binding, the fit, the loops' vector code without libm calls, the refusal of a batch off the layout).
+
+The driver (_loss_grad) repeats fsrs_v4_lanes' ~15 lines around its own group functions: numba caches no
+function that takes another as an argument (models/lanes.py's docstring); what both use generically (the
+packing, work items, grade select) is models/lanes.py's.
+
+Measured (bench/bench_fsrs6_lanes.py --model M [--fit] on the 45k-review simulated user /tmp/big45, paired in one
+process against the scalar plug-in, which is main's code, CPU time, medians of 5 pairs; the 2-core machine
+shared): loss+gradient per training state of one epoch's batches: FSRS v3 115.6 -> 61.0 ns (1.93x; pairs 1.78-2.17),
+v2 114.1 -> 54.8 ns (2.25x; 1.98-2.57), v1 144.6 -> 48.4 ns (2.95x; 2.84-2.99); lane slots 1.46x the states
+(padding of the shorter cards). The 5-fold fit (Adam and its objective passes): v3 53.6 -> 28.4 ms (1.96x), v2
+67.3 -> 31.5 ms (2.13x), v1 71.1 -> 29.2 ms (2.45x); fitted weights within 1.8e-15 of the scalar fit's. Result
+lines (sizes, metrics, parameters) of FSRSv1, v2, v3 identical to main's on data/embedded (3 users) and sim36
+users 1-6. Whole users (bench/bench_executors.py project --rows FSRSv1,FSRSv2,FSRSv3, main's tree and this one
+back to back, twice; CPU-hours for 10,000 users): FSRSv3 0.49 -> 0.22 and 0.39 -> 0.22, FSRSv2 0.40 -> 0.21 and
+0.39 -> 0.22, FSRSv1 0.54 -> 0.24 and 0.43 -> 0.25; the three rows 1.4 -> 0.7 and 1.2 -> 0.7.
 """
 
 from __future__ import annotations
@@ -51,8 +70,8 @@ F_X = 7  # ln0.9·t/S_prev = ln R
 F_R = 8  # R(t, S_prev)
 F_LNS = 9  # ln S_prev
 F_LND = 10  # ln(D' + 0.1) (v1), ln D' (v2, v3)
-F_C = 11  # e^{the branch's exponent}: v1 e^{w2}(D'+0.1)^{w3}S^{w4} | e^{w6 L}; v2 e^{w6}D'^{w7}S^{w8} | D'^{w11}S^{w12};
-#           v3 S^{w7} | D'^{w10}S^{w11}
+F_C = 11  # e^{the branch's exponent} (recall | lapse): v1 e^{w2}(D'+0.1)^{w3}S^{w4} | e^{w6 L};
+#           v2 e^{w6}D'^{w7}S^{w8} | D'^{w11}S^{w12}; v3 S^{w7} | D'^{w10}S^{w11}
 F_E = 12  # e^{w·(1 − R)}: v1 w5; v2 w9 | w13; v3 w8 | w12 (recall | lapse)
 N_ROW = 13
 # The lanes' sums A[j, lane]: the gradient of w_j (j < 14; each version uses its own first n_w), the loss, the

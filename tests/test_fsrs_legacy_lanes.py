@@ -99,8 +99,9 @@ def _assert_close(got, ref, tol_loss, tol_grad):
 
 def calm_data(seed, n_cards=37, max_len=16) -> ReviewData:
     """As random_data (same-day reviews, lapses, any row order) with gaps of at most 2 days: no target's R comes
-    near torch's BCE floors (at S = 0.01, R ≥ 0.9^200), so central differences of the loss are its gradient (random_data's 1000- and
-    20000-day gaps reach them: test_lanes_equal_torch_*)."""
+    near torch's BCE floors (at S = 0.01, R ≥ 0.9^200), so central differences of the loss are its gradient
+    (random_data's 1000- and 20000-day gaps reach them: test_lanes_equal_torch_*; with gaps up to 30 days, v2's
+    random weights reached R ~ 1e−23)."""
     rng = np.random.default_rng(seed)
     seq_dt, seq_g, rows = [], [], []
     for c in range(n_cards):
