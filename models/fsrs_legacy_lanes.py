@@ -45,7 +45,13 @@ v2 114.1 -> 54.8 ns (2.25x; 1.98-2.57), v1 144.6 -> 48.4 ns (2.95x; 2.84-2.99); 
 lines (sizes, metrics, parameters) of FSRSv1, v2, v3 identical to main's on data/embedded (3 users) and sim36
 users 1-6. Whole users (bench/bench_executors.py project --rows FSRSv1,FSRSv2,FSRSv3, main's tree and this one
 back to back, twice; CPU-hours for 10,000 users): FSRSv3 0.49 -> 0.22 and 0.39 -> 0.22, FSRSv2 0.40 -> 0.21 and
-0.39 -> 0.22, FSRSv1 0.54 -> 0.24 and 0.43 -> 0.25; the three rows 1.4 -> 0.7 and 1.2 -> 0.7.
+0.39 -> 0.22, FSRSv1 0.54 -> 0.24 and 0.43 -> 0.25; the three rows 1.4 -> 0.7 and 1.2 -> 0.7. AVX2 only
+(NUMBA_CPU_NAME=haswell, NUMBA_CPU_FEATURES the host's without avx512*, a fresh cache: ymm code, no zmm): the
+same result lines and tests/test_fsrs_legacy_lanes.py passing.
+
+Not tried, by estimate: v3's ln D' (its lapse's alone) in a second loop at the positions where a lane lapses, as
+fsrs_v4_lanes does: it would save one vectorised log a position but cost a log and an exp at every position where
+any of the 8 lanes lapses (most of them at a 10-15% lapse rate), so no gain is expected.
 """
 
 from __future__ import annotations
