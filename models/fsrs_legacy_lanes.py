@@ -44,8 +44,9 @@ v2 114.1 -> 54.8 ns (2.25x; 1.98-2.57), v1 144.6 -> 48.4 ns (2.95x; 2.84-2.99); 
 67.3 -> 31.5 ms (2.13x), v1 71.1 -> 29.2 ms (2.45x); fitted weights within 1.8e-15 of the scalar fit's. Result
 lines (sizes, metrics, parameters) of FSRSv1, v2, v3 identical to main's on data/embedded (3 users) and sim36
 users 1-6. Whole users (bench/bench_executors.py project --rows FSRSv1,FSRSv2,FSRSv3, main's tree and this one
-back to back, twice; CPU-hours for 10,000 users): FSRSv3 0.49 -> 0.22 and 0.39 -> 0.22, FSRSv2 0.40 -> 0.21 and
-0.39 -> 0.22, FSRSv1 0.54 -> 0.24 and 0.43 -> 0.25; the three rows 1.4 -> 0.7 and 1.2 -> 0.7. AVX2 only
+back to back, three times; CPU-hours for 10,000 users): FSRSv3 0.49 -> 0.22, 0.39 -> 0.22, 0.35 -> 0.22, FSRSv2
+0.40 -> 0.21, 0.39 -> 0.22, 0.36 -> 0.27, FSRSv1 0.54 -> 0.24, 0.43 -> 0.25, 0.39 -> 0.23; the three rows 1.4 ->
+0.7, 1.2 -> 0.7, 1.1 -> 0.7. AVX2 only
 (NUMBA_CPU_NAME=haswell, NUMBA_CPU_FEATURES the host's without avx512*, a fresh cache: ymm code, no zmm): the
 same result lines and tests/test_fsrs_legacy_lanes.py passing.
 
