@@ -1,10 +1,12 @@
 """A lane model's loss and gradient over one fit's mini-batches: the scalar plug-in (one card at a time) against
-its lane kernel (models/fsrs6_lanes.py, models/fsrs_v4_lanes.py: LANES cards side by side), paired in one process;
-with --fit, its whole 5-fold fit (the engine's Adam and objective passes, S0 not timed) with and without the lanes.
+its lane kernel (models/fsrs6_lanes.py, fsrs_v4_lanes.py, fsrs_legacy_lanes.py: LANES cards side by side), paired
+in one process; with --fit, its whole 5-fold fit (the engine's Adam and objective passes, S0 not timed) with and
+without the lanes.
 
     python bench/bench_fsrs6_lanes.py [--model FSRS-6] [--root /tmp/big45] [--user 1] [--pairs 7] [--fit]
 
---model: FSRS-6 (default), FSRS-5, FSRS-4.5 or FSRSv4, with --recency for the recency-weighted rows.
+--model: FSRS-6 (default), FSRS-5, FSRS-4.5, FSRSv4, FSRSv3, FSRSv2 or FSRSv1, with --recency for the
+recency-weighted rows.
 
 The batches are the engine's (SeqEngine._card_batches: whole cards, shuffled per epoch, >= 512 targets) over the
 training rows of the user's last fold; one timed call runs every batch of one epoch (precompute, the cards' loss and
@@ -200,7 +202,8 @@ def main() -> None:
     ap.add_argument("--user", type=int, default=1)
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--epoch", type=int, default=0)
-    ap.add_argument("--model", default="FSRS-6", choices=["FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4"])
+    ap.add_argument("--model", default="FSRS-6",
+                    choices=["FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1"])
     ap.add_argument("--recency", action="store_true")
     ap.add_argument("--fit", action="store_true", help="time the 5-fold fit instead of the kernels")
     args = ap.parse_args()

@@ -33,6 +33,8 @@ from numba import njit
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
 from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
 
+# The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
+LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v1"
 # State: S, D, lapses, then what the step computed for its reverse pass (read by step_vjp alone, never by a later
 # step or the curve): R and, recall: e^{w2}(D'+0.1)^{w3}S^{w4} and e^{w5(1−R)}; lapse: e^{w6·lapses}.
 N_STATE = 6

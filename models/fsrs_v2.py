@@ -22,6 +22,8 @@ from numba import njit
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
 from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
 
+# The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
+LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v2"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
 # the curve): R and, recall: e^{w6}, D'^{w7}, S^{w8}, e^{w9(1−R)}; lapse: D'^{w11}, S^{w12}, e^{w13(1−R)}.
 N_STATE = 7

@@ -14,6 +14,10 @@ step, since S ≥ 0.01 afterwards), clamps D inside both branches and S after th
 s_max = 36500. Training: no S0 initialisation, every row, Adam 4e-2 with cosine schedule, 5 epochs, batch 512,
 no L2 prior (weight decay is ignored by plain Adam).
 
+Lanes: the trainer's batches and objective passes of v1, v2 and v3 run on models/fsrs_legacy_lanes.py (8 cards side
+by side, one kernel for the three versions; LANE_KERNELS in each module; fits 2-2.5x, result lines unchanged);
+these scalar kernels still serve predictions, loss_and_grad and any batch the lanes refuse.
+
 Upstream quirk reproduced (all three versions): the trained weights are returned through the model's
 `state_dict()`, which rounds every weight to 4 decimals, and the test predictions use those rounded weights
 (`FSRSLegacy.ROUND_DIGITS`). The checkpoint is still chosen on the unrounded weights' training loss.
@@ -31,6 +35,8 @@ from models.seq_model import SeqModel
 S_MIN = 0.01
 S_MAX = 36500.0
 LN09 = math.log(0.9)
+# The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
+LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v3"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
 # the curve; the engine carries adjoints for S and D only). Recall: e^{w6}, S^{w7}, e^{w8(1−R)}; lapse: D'^{w10},
 # S^{w11}, e^{w12(1−R)}. The reverse pass reads them instead of computing the same expressions again.

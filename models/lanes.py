@@ -1,5 +1,5 @@
-"""What every lane kernel shares (models/fsrs6_lanes.py, models/fsrs_v4_lanes.py): the work layout's input rows,
-packing a group of cards into them, the work items of whole cards, and the grade select.
+"""What every lane kernel shares (models/fsrs6_lanes.py, fsrs_v4_lanes.py, fsrs_legacy_lanes.py): the work layout's
+input rows, packing a group of cards into them, the work items of whole cards, and the grade select.
 
 A lane kernel runs LANES cards side by side: a mini-batch's cards sorted by length, taken LANES at a time, every
 per-review quantity an array X[position, field, lane] with the lane innermost, so that each position is one loop
