@@ -7,7 +7,8 @@ permutation of the time-ordered rows, and that permutation decides which rows sh
 numpy 1.26.4 (pandas 2.2.3); numpy >= 2 leaves an already sorted array in place, so numpy's own argsort here cannot
 give upstream's order. This module reproduces numpy 1.26's generic introsort (the routine it runs on CPUs without
 AVX-512; with AVX-512, numpy 1.26 hands 64-bit keys to x86-simd-sort, another order: models/legacy_sort_avx512.py
-reproduces that one; `upstream_argsort` picks the CPU's): median-of-three quicksort
+reproduces that one, and numpy 2.0-2.2's, the published results' order and the default; `upstream_argsort` picks
+one): median-of-three quicksort
 partitions while 17 or more elements remain, the larger part pushed on a stack, insertion sort below, heapsort
 past a depth limit of 2·floor(log2 n). Checked element for element against numpy 1.26.4 on 128 arrays (equal keys,
 n = 0..79 and up to 50,000; random keys with 2 to 1000 distinct values; sorted and reversed ones; n up to 30,000;
