@@ -1,9 +1,36 @@
-"""Shared by the lane-kernel tests: the code a lanes_loss_grad compiles to, checked for AVX2 or AVX-512 vectors."""
+"""Shared by the lane-kernel tests: the code a lanes_loss_grad compiles to, checked for AVX2 or AVX-512 vectors; a
+copy of a plug-in without its lanes; a lane gradient against central differences of the lane loss."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
+
+
+def scalar_plugin(tmp_path, monkeypatch, kernels: str, name: str, names: str = "N_ADJ, N_STATE") -> str:
+    """The module name of a copy of the plug-in `kernels` without LANE_KERNELS (the engine then trains card by
+    card), written under tmp_path and importable for this test; `names`: what `import *` must also carry."""
+    (tmp_path / f"{name}.py").write_text(f"from {kernels} import *  # noqa: F401,F403\n"
+                                         f"from {kernels} import {names}  # noqa: F401\n"
+                                         "del LANE_KERNELS  # noqa: F821\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(name, None)
+    return name
+
+
+def assert_gradient_is_central_differences(loss_grad, w) -> None:
+    """loss_grad(w, want_grad) -> (loss, gradient): every gradient component equals the central difference of the
+    loss at a step of 1e-6 of the weight (at least 1e-8)."""
+    _, grad = loss_grad(w, True)
+    for j in range(len(grad)):
+        h = 1e-6 * max(abs(w[j]), 1e-2)
+        wp, wm = w.copy(), w.copy()
+        wp[j] += h
+        wm[j] -= h
+        fd = (loss_grad(wp, False)[0] - loss_grad(wm, False)[0]) / (2 * h)
+        assert fd == pytest.approx(grad[j], rel=1e-5, abs=1e-6 * np.abs(grad).max())
 
 
 def lane_code(fresh, wc, cards, items) -> tuple[str, str]:

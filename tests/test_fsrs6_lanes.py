@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from models import fsrs6_lanes as fl
 from models.seq_engine import Cards, SeqEngine
 from models.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
-from lane_code import lane_code
+from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
 from models.lanes import card_items
 
 
@@ -148,15 +147,7 @@ def test_lanes_equal_scalar_kernel_simulated_user():
 def test_lanes_gradient_vs_central_differences():
     rng = np.random.default_rng(5)
     data = random_data(5, n_cards=20, max_len=12)
-    w = random_w(rng)
-    _, grad = lane_loss_grad(w, data)
-    for j in range(21):
-        h = 1e-6 * max(abs(w[j]), 1e-2)
-        wp, wm = w.copy(), w.copy()
-        wp[j] += h
-        wm[j] -= h
-        fd = (lane_loss_grad(wp, data, want_grad=False)[0] - lane_loss_grad(wm, data, want_grad=False)[0]) / (2 * h)
-        assert fd == pytest.approx(grad[j], rel=1e-5, abs=1e-6 * np.abs(grad).max())
+    assert_gradient_is_central_differences(lambda w, g: lane_loss_grad(w, data, want_grad=g), random_w(rng))
 
 
 def test_lanes_loss_only_and_gradient_only():
@@ -209,16 +200,12 @@ def test_fit_with_lanes_follows_the_scalar_fit(tmp_path, monkeypatch):
     from bench.simulate import simulate_user
     from features import FeatureConfig, build_features
 
-    (tmp_path / "fsrs6_scalar_plugin.py").write_text(
-        "from models.fsrs6_kernels import *  # noqa: F401,F403\n"
-        "from models.fsrs6_kernels import N_ADJ, precompute, precompute_vjp  # noqa: F401\n"
-        "del LANE_KERNELS  # noqa: F821\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("fsrs6_scalar_plugin", None)
+    plugin = scalar_plugin(tmp_path, monkeypatch, "models.fsrs6_kernels", "fsrs6_scalar_plugin",
+                           "N_ADJ, precompute, precompute_vjp")
     data = build_features(simulate_user(3000, seed=4), FeatureConfig(short=True))
     w0 = np.array(ff.DEFAULT_W)
     lanes = ff.engine().fit(w0, data, None, w_init=w0, sigma=ff.SIGMA)
-    scalar = SeqEngine("fsrs6_scalar_plugin", ff.LOWER, ff.UPPER, opts=[3.0]).fit(w0, data, None, w_init=w0,
+    scalar = SeqEngine(plugin, ff.LOWER, ff.UPPER, opts=[3.0]).fit(w0, data, None, w_init=w0,
                                                                                   sigma=ff.SIGMA)
     assert not np.array_equal(lanes, w0)
     np.testing.assert_allclose(lanes, scalar, rtol=1e-9, atol=1e-12)

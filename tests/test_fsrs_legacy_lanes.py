@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import math
 import re
-import sys
 
 import numpy as np
 import pandas as pd
@@ -27,7 +26,7 @@ from models.lanes import card_items
 from models.seq_engine import Cards, SeqEngine, instantiate
 from models.seq_model import TorchSeqNet
 from tests.test_fsrs6_fast import random_data
-from lane_code import lane_code
+from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
 
 MODELS = {"FSRSv1": FSRSv1, "FSRSv2": FSRSv2, "FSRSv3": FSRSv3}
 ENTRY = {"FSRSv1": fl.lanes_loss_grad_v1, "FSRSv2": fl.lanes_loss_grad_v2, "FSRSv3": fl.lanes_loss_grad_v3}
@@ -275,16 +274,8 @@ def test_lanes_equal_scalar_kernel_simulated_user(name):
 def test_lanes_gradient_vs_central_differences(name):
     rng = np.random.default_rng(5)
     data = calm_data(5, n_cards=20, max_len=12)
-    w = random_w(name, rng)
-    _, grad = lane_loss_grad(name, w, data)
-    for j in range(len(w)):
-        h = 1e-6 * max(abs(w[j]), 1e-2)
-        wp, wm = w.copy(), w.copy()
-        wp[j] += h
-        wm[j] -= h
-        fd = (lane_loss_grad(name, wp, data, want_grad=False)[0]
-              - lane_loss_grad(name, wm, data, want_grad=False)[0]) / (2 * h)
-        assert fd == pytest.approx(grad[j], rel=1e-5, abs=1e-6 * np.abs(grad).max())
+    assert_gradient_is_central_differences(lambda w, g: lane_loss_grad(name, w, data, want_grad=g),
+                                           random_w(name, rng))
 
 
 def test_lanes_loss_only_and_gradient_only():
@@ -311,12 +302,7 @@ def test_fit_with_lanes_follows_the_scalar_fit(name, tmp_path, monkeypatch):
     from features import FeatureConfig, build_features
 
     cls = MODELS[name]
-    plugin = f"scalar_plugin_{name}"
-    (tmp_path / f"{plugin}.py").write_text(f"from {cls.kernels} import *  # noqa: F401,F403\n"
-                                           f"from {cls.kernels} import N_ADJ, N_STATE  # noqa: F401\n"
-                                           "del LANE_KERNELS  # noqa: F821\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(plugin, None)
+    plugin = scalar_plugin(tmp_path, monkeypatch, cls.kernels, f"scalar_plugin_{name}")
     data = build_features(simulate_user(3000, seed=4), FeatureConfig())
     w0 = np.array(cls.default_w, dtype=np.float64)
     lanes = SeqEngine(cls.kernels, cls.lower, cls.upper).fit(w0, data, None, w_init=w0)

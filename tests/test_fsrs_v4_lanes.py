@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from models.fsrs_v5 import FSRS5
 from models.lanes import card_items
 from models.seq_engine import Cards, SeqEngine, instantiate
 from tests.test_fsrs6_fast import random_data
-from lane_code import lane_code
+from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
 
 MODELS = {"FSRSv4": FSRSv4, "FSRS-4.5": FSRS45, "FSRS-5": FSRS5}
 ENTRY = {"FSRSv4": fl.lanes_loss_grad_v4, "FSRS-4.5": fl.lanes_loss_grad_v45, "FSRS-5": fl.lanes_loss_grad_v5}
@@ -236,16 +235,8 @@ def test_lanes_equal_scalar_kernel_simulated_user(name):
 def test_lanes_gradient_vs_central_differences(name):
     rng = np.random.default_rng(5)
     data = random_data(5, n_cards=20, max_len=12)
-    w = random_w(name, rng)
-    _, grad = lane_loss_grad(name, w, data)
-    for j in range(len(w)):
-        h = 1e-6 * max(abs(w[j]), 1e-2)
-        wp, wm = w.copy(), w.copy()
-        wp[j] += h
-        wm[j] -= h
-        fd = (lane_loss_grad(name, wp, data, want_grad=False)[0]
-              - lane_loss_grad(name, wm, data, want_grad=False)[0]) / (2 * h)
-        assert fd == pytest.approx(grad[j], rel=1e-5, abs=1e-6 * np.abs(grad).max())
+    assert_gradient_is_central_differences(lambda w, g: lane_loss_grad(name, w, data, want_grad=g),
+                                           random_w(name, rng))
 
 
 def test_lanes_loss_only_and_gradient_only():
@@ -274,14 +265,8 @@ def test_fit_with_lanes_follows_the_scalar_fit(name, tmp_path, monkeypatch):
     from features import FeatureConfig, build_features
 
     cls = _cls(name)
-    plugin = f"scalar_plugin_{name.replace('-', '').replace('.', '')}"
-    (tmp_path / f"{plugin}.py").write_text(
-        f"from {cls.kernels} import *  # noqa: F401,F403\n"
-        f"from {cls.kernels} import N_ADJ, N_STATE  # noqa: F401\n"
-        + (f"from {cls.kernels} import precompute, precompute_vjp  # noqa: F401\n" if name == "FSRS-5" else "")
-        + "del LANE_KERNELS  # noqa: F821\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop(plugin, None)
+    plugin = scalar_plugin(tmp_path, monkeypatch, cls.kernels, f"scalar_plugin_{name.replace('-', '').replace('.', '')}",
+                           "N_ADJ, N_STATE" + (", precompute, precompute_vjp" if name == "FSRS-5" else ""))
     data = build_features(simulate_user(3000, seed=4), FeatureConfig(short=name == "FSRS-5"))
     w0 = np.array(cls.default_w, dtype=np.float64)
     sigma = getattr(cls, "sigma", None)
