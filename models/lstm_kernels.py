@@ -483,35 +483,52 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
 def lstm_forward(u, w_ih, w_hh, b_ih, b_hh, off, bs, h, c, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H]: block k = rows off[k] ..
     off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step: the first bs[k] rows of block
-    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ 1, 4H] is scratch."""
+    k − 1). Writes h, c, tanh(c) [N, H] and the activated gates act [N, 4H]; tmp [≥ 1, 4H] is scratch.
+
+    The transcendentals run flat over a step's rows (a step's rows are contiguous): σ of all its gates (the g gate's
+    weights and bias doubled, which is exact, so σ(2z) gives tanh(z) = 2σ(2z) − 1 with the same bits as before), then
+    tanh of all its cells. Per row, LLVM unrolls a loop of constant trip count 20 and vectorised the cells' tanh only
+    4 wide; flat it runs 16 wide (AVX-512) with no per-row remainder: the layer's forward 138 → 116 ns per row."""
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
-    gm = np.ones(G4, u.dtype)  # σ(z) = 1·σ(1·z) − 0 for i, f, o; tanh(z) = 2·σ(2z) − 1 for g (the doublings exact:
-    gm[2 * H:3 * H] = 2.0  # the same bits as `tanh`), so one loop activates every gate
+    two = one + one
     for j in range(G4):
         tmp[0, j] = b_ih[j] + b_hh[j]
+    for j in range(2 * H, 3 * H):  # the g gate's rows doubled (exactly): tanh(z) = 2σ(2z) − 1, so σ activates all
+        tmp[0, j] *= two
     for r in range(n):  # the gates' pre-activations: both biases, then u·w_ihᵀ added onto them (gemm_acc)
         for j in range(G4):
             act[r, j] = tmp[0, j]
     wt_ih, wt_hh = np.ascontiguousarray(w_ih.T), np.ascontiguousarray(w_hh.T)  # [H, 4H]: dot_acc's faster form
+    for i in range(H):
+        for j in range(2 * H, 3 * H):
+            wt_ih[i, j] *= two
+            wt_hh[i, j] *= two
     dot_acc(u, wt_ih, act)
+    af = flat(act)
     for k in range(len(bs)):
         r0 = off[k]
         nk = bs[k]
         if k > 0:  # the recurrent term added onto the step's rows (none at the first step: zero state)
             p0 = off[k - 1]
             dot_acc(h[p0:p0 + nk], wt_hh, act[r0:r0 + nk])
+        a = af[r0 * G4:(r0 + nk) * G4]
+        for e in range(nk * G4):  # every gate of the step: σ, flat
+            a[e] = sigmoid(a[e])
         for q in range(nk):
             r = r0 + q
             rp = off[k - 1] + q if k > 0 else r
-            for j in range(G4):  # all 80 gates in one loop (10 vectors, no remainder)
-                mj = gm[j]
-                act[r, j] = mj * sigmoid(mj * act[r, j]) - (mj - one)
             for j in range(H):
                 cp = c[rp, j] if k > 0 else zero
-                cj = act[r, H + j] * cp + act[r, j] * act[r, 2 * H + j]
-                c[r, j] = cj
-                tc[r, j] = tanh(cj)
+                g = two * act[r, 2 * H + j] - one
+                act[r, 2 * H + j] = g
+                c[r, j] = act[r, H + j] * cp + act[r, j] * g
+        cs, ts = flat(c[r0:r0 + nk]), flat(tc[r0:r0 + nk])
+        for e in range(nk * H):  # tanh over the step's cells flat (16 wide; in rows of 20 it ran 4 wide)
+            ts[e] = tanh(cs[e])
+        for q in range(nk):
+            r = r0 + q
+            for j in range(H):
                 h[r, j] = act[r, 3 * H + j] * tc[r, j]
 
 
