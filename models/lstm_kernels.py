@@ -171,7 +171,7 @@ from numba import njit, types
 from numba.extending import overload
 from numba.np.linalg import _BLAS  # numba's own BLAS binding (what its np.dot calls): internal API, numba pinned
 
-from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
+from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan, stable_argsort_small
 from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
 
 H = 20
@@ -827,7 +827,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     steps = np.empty(len(cards), dtype=np.int64)
     for q in range(len(cards)):
         steps[q] = c_steps[cards[q]]
-    rank = np.argsort(-steps, kind="mergesort")
+    rank = stable_argsort_small(steps, True)
     bs, off = lockstep_plan(steps[rank])
     n_k = len(bs)
     n = off[n_k]
@@ -954,7 +954,7 @@ def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
     chunks."""
     c_steps = layout[2]
     # cards of like length share a chunk: fewer, larger recurrent products (~1.1× per pass measured)
-    cards = cards[np.argsort(c_steps[cards], kind="mergesort")]
+    cards = cards[stable_argsort_small(c_steps[cards], False)]
     bounds = np.empty(len(cards) + 1, dtype=np.int64)
     nb = 0
     acc = 0

@@ -86,3 +86,16 @@ def test_transposed_and_blocked_products(dtype):
     K.dot_tn_acc(dg, hu, gw)
     tol = 1e-11 if dtype == np.float64 else 2e-4
     np.testing.assert_allclose(gw, gw0 + dg.astype(np.float64).T @ hu.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_stable_argsort_small_is_numpys_stable_argsort():
+    """The chunks' card order (kernel_math.stable_argsort_small, a counting sort) against numpy's stable argsort,
+    ascending and descending, on lengths with many ties, empty and single-key inputs."""
+    from models.kernel_math import stable_argsort_small
+
+    rng = np.random.default_rng(3)
+    cases = [np.zeros(0, np.int64), np.array([5]), np.full(9, 2)]
+    cases += [rng.integers(0, int(rng.integers(1, 70)), int(rng.integers(1, 600))) for _ in range(50)]
+    for keys in cases:
+        np.testing.assert_array_equal(stable_argsort_small(keys, False), np.argsort(keys, kind="stable"))
+        np.testing.assert_array_equal(stable_argsort_small(keys, True), np.argsort(-keys, kind="stable"))
