@@ -139,7 +139,9 @@ layer_norm_back 12.7–13.4 (15.8–16.5 with β): the two sums ≈ 4.3, gx ≈ 
   of sums over the rows; layer_norm_back (only dL/dx now) 8.9–9.2 with or without β; linear_ln_back 25.1 against
   linear_back's 24.7. The LSTMs get x̂ as their `u` (lstm_backward reads u only for dL/dw_ih).
 Paired (bench/bench_lstm.py, sim36 users 19, 10, 27, 5, 7 pairs each): the first alone 1.009×, with the second for
-the four linear-fed LayerNorms 1.015×, for all six 1.033× (per user medians 1.04, 1.04, 1.04, 1.03). The float32
+the four linear-fed LayerNorms 1.015×, for all six 1.033× (per user medians 1.04, 1.04, 1.04, 1.03); then
+layer_norm_back adding dL/dx onto the residual stream's gradient where one follows (`acc`: three `add` passes
+fewer) another 1.025× (11 pairs each against the kernel before it; per user 1.02–1.03). The float32
 gradient moves by ≤ 1.0e−6 of its largest entry (the output layer's weights), its distance to the float64 gradient
 unchanged (max 1.4e−7–8.1e−7 against 1.0e−7–9.0e−7 before; rms 3.8e−9–2.2e−8 against 3.4e−9–2.3e−8), the loss by
 ≤ 3e−9, P(recall) by ≤ 1e−7; float64 by ≤ 3.4e−15. Measured and not kept: numba compiles with LLVM's SLP
@@ -505,10 +507,10 @@ def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
-def layer_norm_back(xh, rstd, gamma, gy, gx):
-    """Reverse of `layer_norm` with respect to x: gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ (dL/dγ and
-    dL/dβ come from the next layer's weight gradient: ln_weight_grads). The rows' two sums four rows at a time, as
-    in layer_norm."""
+def layer_norm_back(xh, rstd, gamma, gy, gx, acc):
+    """Reverse of `layer_norm` with respect to x: gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ, or with
+    acc gx += dL/dx (a residual stream's gradient; no `add` pass after). dL/dγ and dL/dβ come from the next layer's
+    weight gradient (ln_weight_grads). The rows' two sums four rows at a time, as in layer_norm."""
     n, m = xh.shape
     zero, fm = like(xh, 0.0), like(xh, float(m))
     for r in range(0, n, 4):
@@ -529,7 +531,7 @@ def layer_norm_back(xh, rstd, gamma, gy, gx):
             row = r + q
             s1, s2, rs = sa[q] / fm, sb[q] / fm, rstd[row]
             for j in range(m):
-                gx[row, j] = (gy[row, j] * gamma[j] - s1 - xh[row, j] * s2) * rs
+                gx[row, j] = (gx[row, j] if acc else zero) + (gy[row, j] * gamma[j] - s1 - xh[row, j] * s2) * rs
 
 
 # ----------------------------------------------------------------------------------------------- the recurrence
@@ -955,14 +957,13 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     gv, gb1, gb2 = gv[:m], gb1[:m], gb2[:m]
     silu_back(f1, sgf1, gv, gv)
     linear_ln_back(xhf0, out_ln, out_w, gv, g_out_w, g_out_b, g_out_ln, gb1)
-    layer_norm_back(xhf0, rsf0, out_ln, gb1, gb2)  # dL/dv3
+    layer_norm_back(xhf0, rsf0, out_ln, gb1, gb2, False)  # dL/dv3
     silu_back(m4, sgm4, gb2, gv)
     linear_ln_back(xhm3, mlp_ln2, mlp_w2, gv, g_mlp_w2, g_mlp_b2, g_mlp_ln2, gb1)
-    layer_norm_back(xhm3, rsm3, mlp_ln2, gb1, gv)
+    layer_norm_back(xhm3, rsm3, mlp_ln2, gb1, gv, False)
     silu_back(m1, sgm1, gv, gv)
     linear_ln_back(xhm0, mlp_ln1, mlp_w1, gv, g_mlp_w1, g_mlp_b1, g_mlp_ln1, gb1)
-    layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, gv)
-    add(gb2, gv, gb2)  # dL/dv2 at the read rows
+    layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, gb2, True)  # dL/dv2 at the read rows
     gv, gb1 = w20[36, :n], w20[37, :n]
     for r in range(n):
         i = ri[r]
@@ -977,8 +978,7 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     ln_weight_grads(gih, gbih, ln2, ln2_b, True, ih2, g_ih2, g_ln2, g_ln2_b)
     for j in range(G4):
         g_bih2[j] += gbih[j]
-    layer_norm_back(xhu2, rsu2, ln2, gb1, gv)
-    add(gv2, gv, gv2)  # dL/dv1
+    layer_norm_back(xhu2, rsu2, ln2, gb1, gv2, True)  # dL/dv1
     gih.fill(0.0)
     gbih.fill(0.0)
     lstm_backward(xhu1, h1, c1, tc1, g1, ih1, hh1, off, bs, gv2, gih, g_hh1, gbih, g_bhh1, gb1, dg, dh_rec,
@@ -986,11 +986,10 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     ln_weight_grads(gih, gbih, ln1, ln1, False, ih1, g_ih1, g_ln1, g_ln1)
     for j in range(G4):
         g_bih1[j] += gbih[j]
-    layer_norm_back(xhu1, rsu1, ln1, gb1, gv)
-    add(gv2, gv, gv2)  # dL/dv0
+    layer_norm_back(xhu1, rsu1, ln1, gb1, gv2, True)  # dL/dv0
     silu_back(a2, sg2, gv2, gv2)
     linear_ln_back(xh1, pre_ln, pre2_w, gv2, g_pre2_w, g_pre2_b, g_pre_ln, gb1)
-    layer_norm_back(xh1, rs1, pre_ln, gb1, gv)
+    layer_norm_back(xh1, rs1, pre_ln, gb1, gv, False)
     silu_back(a1, sg1, gv, gv)
     linear_back(x0, pre_w, gv, g_pre_w, g_pre_b, gb1, False)
     return loss
