@@ -152,7 +152,10 @@ each row's sums as 4 column lanes: 25; rows as to_fixed_tuple (indexed by the lo
 96; eight chains (two per row, or two rows × four columns) 18–22 under "reassoc", 10–12 with "contract" only,
 against 6.5 for the four of today (11.3 with "contract" only); 8 rows at a time: 7.2 for the sums; masked sums over
 a 4-row block flat (80 values, 4 masks): 12.9; the output loop over the block's 4 rows at once: 16.2; dL/dγ per
-block of four rows (in the sums' loop or a loop of its own): 14.2–15.5 for the reverse without β (slower). Not
+block of four rows (in the sums' loop or a loop of its own): 14.2–15.5 for the reverse without β (slower);
+layer_norm's squares of a block summed in the loop that sums the next block (eight chains; 13.8 → 11.8 alone,
+1.007× in place, 11 pairs against the kernel with `acc`); the reverse's gx of a block written in the loop that
+sums the next block: 22 against 9 (slower). Not
 tried: γ folded into the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
 
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
