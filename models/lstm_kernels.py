@@ -155,7 +155,8 @@ a 4-row block flat (80 values, 4 masks): 12.9; the output loop over the block's 
 block of four rows (in the sums' loop or a loop of its own): 14.2–15.5 for the reverse without β (slower);
 layer_norm's squares of a block summed in the loop that sums the next block (eight chains; 13.8 → 11.8 alone,
 1.007× in place, 11 pairs against the kernel with `acc`); the reverse's gx of a block written in the loop that
-sums the next block: 22 against 9 (slower). Not
+sums the next block: 22 against 9 (slower); silu_back folded into the gx loop of the LayerNorm before it (three
+passes fewer: pre_ln, ln1, mlp_ln2): 1.005× in place (11 pairs, a busy machine). Not
 tried: γ folded into the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
 
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
