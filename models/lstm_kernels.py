@@ -141,7 +141,12 @@ layer_norm_back 12.7–13.4 (15.8–16.5 with β): the two sums ≈ 4.3, gx ≈ 
 Paired (bench/bench_lstm.py, sim36 users 19, 10, 27, 5, 7 pairs each): the first alone 1.009×, with the second for
 the four linear-fed LayerNorms 1.015×, for all six 1.033× (per user medians 1.04, 1.04, 1.04, 1.03); then
 layer_norm_back adding dL/dx onto the residual stream's gradient where one follows (`acc`: three `add` passes
-fewer) another 1.025× (11 pairs each against the kernel before it; per user 1.02–1.03). The float32
+fewer) another 1.025× (11 pairs each against the kernel before it; per user 1.02–1.03). Both against main's
+kernel: 1.043× (9 pairs; per user medians 1.04, 1.05, 1.04, 1.04), the 45k-review user's pass (/tmp/big45,
+40k rows in 2 groups) 1.053× (9 pairs). The row's projection (bench/bench_executors.py project --rows LSTM), main
+and this back to back 7 times on a busy machine (load ≈ 2 on 2 cores): 12.00 → 11.98, 12.10 → 12.31, 12.42 →
+11.52, 11.96 → 11.84, 11.91 → 11.18, 12.52 → 12.21, 12.28 → 13.18 CPU-hours (median ratio 1.01; the 45k-review
+user 2.75 → 2.63 s by the medians). The float32
 gradient moves by ≤ 1.0e−6 of its largest entry (the output layer's weights), its distance to the float64 gradient
 unchanged (max 1.4e−7–8.1e−7 against 1.0e−7–9.0e−7 before; rms 3.8e−9–2.2e−8 against 3.4e−9–2.3e−8), the loss by
 ≤ 3e−9, P(recall) by ≤ 1e−7; float64 by ≤ 3.4e−15. Measured and not kept: numba compiles with LLVM's SLP
@@ -156,7 +161,8 @@ block of four rows (in the sums' loop or a loop of its own): 14.2–15.5 for the
 layer_norm's squares of a block summed in the loop that sums the next block (eight chains; 13.8 → 11.8 alone,
 1.007× in place, 11 pairs against the kernel with `acc`); the reverse's gx of a block written in the loop that
 sums the next block: 22 against 9 (slower); silu_back folded into the gx loop of the LayerNorm before it (three
-passes fewer: pre_ln, ln1, mlp_ln2): 1.005× in place (11 pairs, a busy machine). Not
+passes fewer: pre_ln, ln1, mlp_ln2): 1.005× in place (11 pairs, a busy machine); v2 = v1 + h2 formed at the
+read rows only, in the gather (no `add` over every row; same bits): 0.991× (11 pairs). Not
 tried: γ folded into the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
 
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
