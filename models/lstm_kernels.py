@@ -146,7 +146,7 @@ kernel: 1.043× (9 pairs; per user medians 1.04, 1.05, 1.04, 1.04), the 45k-revi
 40k rows in 2 groups) 1.053× (9 pairs). The row's projection (bench/bench_executors.py project --rows LSTM), main
 and this back to back 7 times on a busy machine (load ≈ 2 on 2 cores): 12.00 → 11.98, 12.10 → 12.31, 12.42 →
 11.52, 11.96 → 11.84, 11.91 → 11.18, 12.52 → 12.21, 12.28 → 13.18 CPU-hours (median ratio 1.01; the 45k-review
-user 2.75 → 2.63 s by the medians). The float32
+user 2.72 → 2.63 s, medians 12.10 → 11.98 CPU-hours). The float32
 gradient moves by ≤ 1.0e−6 of its largest entry (the output layer's weights), its distance to the float64 gradient
 unchanged (max 1.4e−7–8.1e−7 against 1.0e−7–9.0e−7 before; rms 3.8e−9–2.2e−8 against 3.4e−9–2.3e−8), the loss by
 ≤ 3e−9, P(recall) by ≤ 1e−7; float64 by ≤ 3.4e−15. Measured and not kept: numba compiles with LLVM's SLP
