@@ -126,6 +126,45 @@ LayerNorm alone without them ([512, 20] float32, min of 5) 13.4 against 16.6 ns 
 reverse, ≈ 24 ns per row for the ≈ 4.8 LayerNorms a row passes (3 at every row, 3 at the read rows): ≈ 2% of a
 pass at most, before the folded weights and their gradients per chunk.
 
+The LayerNorms again (2026-11-24, branch ln5). Each part timed alone on a [512, 20] array (float32, CPU time, min
+of 7 × 2000 calls from a compiled loop, so without dispatch): layer_norm 16.8–17.1 ns per row (17.9–18.0 with β), of
+which the two row sums ≈ 6.5 (four rows at a time: latency-bound scalar chains) and writing x̂, y ≈ 4.0;
+layer_norm_back 12.7–13.4 (15.8–16.5 with β): the two sums ≈ 4.3, gx ≈ 5.2, dL/dγ added into memory at every row
+≈ 4.2. Two changes, kept together:
+- layer_norm writes x̂ once, from x − μ again, instead of storing x − μ, then scaling it and reading it back:
+  13.5–14.0 (14.5–14.7 with β); float32 moves by ≤ 1 ulp (LLVM regroups (x − μ)·σ⁻¹ once it is not stored);
+- dL/dγ and dL/dβ of each LayerNorm from the weight gradient of the layer after it (a linear, or an LSTM's input
+  product; `ln_weight_grads`): that gradient taken over x̂ instead of y = x̂·γ + β, G = gzᵀ·x̂, then dL/dw = G·diag(γ)
+  (+ Σgz·βᵀ), dL/dγ_j = Σ_i G[i, j]·w[i, j], dL/dβ_j = Σ_i (Σgz)_i·w[i, j]: [20, 20] or [80, 20] per chunk instead
+  of sums over the rows; layer_norm_back (only dL/dx now) 8.9–9.2 with or without β; linear_ln_back 25.1 against
+  linear_back's 24.7. The LSTMs get x̂ as their `u` (lstm_backward reads u only for dL/dw_ih).
+Paired (bench/bench_lstm.py, sim36 users 19, 10, 27, 5, 7 pairs each): the first alone 1.009×, with the second for
+the four linear-fed LayerNorms 1.015×, for all six 1.033× (per user medians 1.04, 1.04, 1.04, 1.03); then
+layer_norm_back adding dL/dx onto the residual stream's gradient where one follows (`acc`: three `add` passes
+fewer) another 1.025× (11 pairs each against the kernel before it; per user 1.02–1.03). Both against main's
+kernel: 1.043× (9 pairs; per user medians 1.04, 1.05, 1.04, 1.04), the 45k-review user's pass (/tmp/big45,
+40k rows in 2 groups) 1.053× (9 pairs). The row's projection (bench/bench_executors.py project --rows LSTM), main
+and this back to back 7 times on a busy machine (load ≈ 2 on 2 cores): 12.00 → 11.98, 12.10 → 12.31, 12.42 →
+11.52, 11.96 → 11.84, 11.91 → 11.18, 12.52 → 12.21, 12.28 → 13.18 CPU-hours (median ratio 1.01; the 45k-review
+user 2.72 → 2.63 s, medians 12.10 → 11.98 CPU-hours). The float32
+gradient moves by ≤ 1.0e−6 of its largest entry (the output layer's weights), its distance to the float64 gradient
+unchanged (max 1.4e−7–8.1e−7 against 1.0e−7–9.0e−7 before; rms 3.8e−9–2.2e−8 against 3.4e−9–2.3e−8), the loss by
+≤ 3e−9, P(recall) by ≤ 1e−7; float64 by ≤ 3.4e−15. Measured and not kept: numba compiles with LLVM's SLP
+vectoriser off (NUMBA_SLP_VECTORIZE=0), so a loop over range(H), which LLVM unrolls fully before its loop
+vectoriser runs, stays scalar, and for a runtime 20-wide row the loop vectoriser's body (16 lanes × 4) never runs;
+per row over range(H): 46–49 ns per row (31.8 with SLP on: loads and stores of arrays that may alias interleave);
+each row's sums as 4 column lanes: 25; rows as to_fixed_tuple (indexed by the loop variable: alloca and switch):
+96; eight chains (two per row, or two rows × four columns) 18–22 under "reassoc", 10–12 with "contract" only,
+against 6.5 for the four of today (11.3 with "contract" only); 8 rows at a time: 7.2 for the sums; masked sums over
+a 4-row block flat (80 values, 4 masks): 12.9; the output loop over the block's 4 rows at once: 16.2; dL/dγ per
+block of four rows (in the sums' loop or a loop of its own): 14.2–15.5 for the reverse without β (slower);
+layer_norm's squares of a block summed in the loop that sums the next block (eight chains; 13.8 → 11.8 alone,
+1.007× in place, 11 pairs against the kernel with `acc`); the reverse's gx of a block written in the loop that
+sums the next block: 22 against 9 (slower); silu_back folded into the gx loop of the LayerNorm before it (three
+passes fewer: pre_ln, ln1, mlp_ln2): 1.005× in place (11 pairs, a busy machine); v2 = v1 + h2 formed at the
+read rows only, in the gather (no `add` over every row; same bits): 0.991× (11 pairs). Not
+tried: γ folded into the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
@@ -378,6 +417,34 @@ def linear_back(x, w, gy, gw, gb, gx, want_gx):
         np.dot(gy, w, gx)
 
 
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def ln_weight_grads(g, gbias, gamma, beta, has_beta, w, gw, ggamma, gbeta):
+    """The gradients of a layer z = y·wᵀ + b whose input is a LayerNorm's y = x̂·γ (+ β), given g = gzᵀ·x̂ (its
+    weight gradient taken over x̂ instead of y) and gbias = Σ_rows gz: adds dL/dw = g·diag(γ) (+ gbias·βᵀ), dL/dγ_j
+    = Σ_i g[i, j]·w[i, j] and dL/dβ_j = Σ_i gbias[i]·w[i, j]. Per chunk [out, in] operations in place of
+    layer_norm_back's sums of gy·x̂ and gy over the rows (which wrote dL/dγ into memory at every row)."""
+    zero = like(g, 0.0)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            gw[i, j] += g[i, j] * gamma[j] + (gbias[i] * beta[j] if has_beta else zero)
+            ggamma[j] += g[i, j] * w[i, j]
+            if has_beta:
+                gbeta[j] += gbias[i] * w[i, j]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def linear_ln_back(xh, gamma, w, gy, gw, gb, ggamma, gx):
+    """Reverse of `linear` on a LayerNorm's output y = x̂·γ (no β): adds dL/dw, dL/db and that LayerNorm's dL/dγ
+    (ln_weight_grads); gx = dL/dy."""
+    g = np.zeros(w.shape, w.dtype)
+    dot_tn_acc(gy, xh, g)
+    for r in range(gy.shape[0]):
+        for j in range(gy.shape[1]):
+            gb[j] += gy[r, j]
+    ln_weight_grads(g, gb, gamma, gamma, False, w, gw, ggamma, ggamma)  # gb: unused without β
+    np.dot(gy, w, gx)
+
+
 @njit(cache=True, inline="always")
 def flat(x):
     """A C-contiguous [N, M] array as a flat view of its N·M values."""
@@ -418,7 +485,8 @@ def add(a, b, out):
 def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
     """LayerNorm over the last axis (eps 1e−5): y = x̂·γ (+ β), and x̂, 1/σ kept for the reverse pass. Rows go four
     at a time (the last block repeats its last row): each row's sums are a chain of 20 dependent additions, and four
-    independent chains keep the adder busy (~1.5× per LayerNorm); every row is still summed in its own order."""
+    independent chains keep the adder busy (~1.5× per LayerNorm); every row is still summed in its own order. x̂ is
+    written once, from x − μ again (1.2× against storing x − μ, scaling it and reading it back)."""
     n, m = x.shape
     zero, one, eps, fm = like(x, 0.0), like(x, 1.0), like(x, LN_EPS), like(x, float(m))
     for r in range(0, n, 4):
@@ -429,28 +497,30 @@ def layer_norm(x, gamma, beta, has_beta, y, xh, rstd):
             s1 += x[r1, j]
             s2 += x[r2, j]
             s3 += x[r3, j]
-        mu0, mu1, mu2, mu3 = s0 / fm, s1 / fm, s2 / fm, s3 / fm
+        mu = (s0 / fm, s1 / fm, s2 / fm, s3 / fm)
         s0 = s1 = s2 = s3 = zero
-        for j in range(m):  # x − μ into xh, scaled below
-            d0, d1, d2, d3 = x[r, j] - mu0, x[r1, j] - mu1, x[r2, j] - mu2, x[r3, j] - mu3
-            xh[r, j], xh[r1, j], xh[r2, j], xh[r3, j] = d0, d1, d2, d3
+        for j in range(m):
+            d0, d1, d2, d3 = x[r, j] - mu[0], x[r1, j] - mu[1], x[r2, j] - mu[2], x[r3, j] - mu[3]
             s0 += d0 * d0
             s1 += d1 * d1
             s2 += d2 * d2
             s3 += d3 * d3
         rstd[r], rstd[r1], rstd[r2], rstd[r3] = (one / math.sqrt(s0 / fm + eps), one / math.sqrt(s1 / fm + eps),
                                                  one / math.sqrt(s2 / fm + eps), one / math.sqrt(s3 / fm + eps))
-        for row in range(r, min(r + 4, n)):
+        for q in range(min(4, n - r)):  # x̂ written once, from x − μ again (not stored, then scaled, then read)
+            row, mq = r + q, mu[q]
             rs = rstd[row]
             for j in range(m):
-                xh[row, j] = xh[row, j] * rs
-                y[row, j] = xh[row, j] * gamma[j] + (beta[j] if has_beta else zero)
+                xj = (x[row, j] - mq) * rs
+                xh[row, j] = xj
+                y[row, j] = xj * gamma[j] + (beta[j] if has_beta else zero)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
-def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
-    """Reverse of `layer_norm`: adds dL/dγ (and dL/dβ); gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ.
-    The rows' two sums four rows at a time, as in layer_norm."""
+def layer_norm_back(xh, rstd, gamma, gy, gx, acc):
+    """Reverse of `layer_norm` with respect to x: gx = dL/dx = (d − mean(d) − x̂·mean(d·x̂))/σ, d = gy·γ, or with
+    acc gx += dL/dx (a residual stream's gradient; no `add` pass after). dL/dγ and dL/dβ come from the next layer's
+    weight gradient (ln_weight_grads). The rows' two sums four rows at a time, as in layer_norm."""
     n, m = xh.shape
     zero, fm = like(xh, 0.0), like(xh, float(m))
     for r in range(0, n, 4):
@@ -471,10 +541,7 @@ def layer_norm_back(xh, rstd, gamma, gy, ggamma, gbeta, has_beta, gx):
             row = r + q
             s1, s2, rs = sa[q] / fm, sb[q] / fm, rstd[row]
             for j in range(m):
-                ggamma[j] += gy[row, j] * xh[row, j]
-                if has_beta:
-                    gbeta[j] += gy[row, j]
-                gx[row, j] = (gy[row, j] * gamma[j] - s1 - xh[row, j] * s2) * rs
+                gx[row, j] = (gx[row, j] if acc else zero) + (gy[row, j] * gamma[j] - s1 - xh[row, j] * s2) * rs
 
 
 # ----------------------------------------------------------------------------------------------- the recurrence
@@ -966,35 +1033,45 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
     if not want:
         return loss
     heads_backward(v, tr, w_w, s_w, d_w, hw, ws[5], gv[:m], g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b)
+    gih, gbih = np.empty((G4, H), th.dtype), np.empty(G4, th.dtype)  # an LSTM's dL/dw_ih, dL/db_ih over x̂
     # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
     # every row from dL/dv2 on)
     gv, gb1, gb2 = gv[:m], gb1[:m], gb2[:m]
     silu_back(f1, sgf1, gv, gv)
-    linear_back(f0, out_w, gv, g_out_w, g_out_b, gb1, True)
-    layer_norm_back(xhf0, rsf0, out_ln, gb1, g_out_ln, g_out_ln, False, gb2)  # dL/dv3
+    linear_ln_back(xhf0, out_ln, out_w, gv, g_out_w, g_out_b, g_out_ln, gb1)
+    layer_norm_back(xhf0, rsf0, out_ln, gb1, gb2, False)  # dL/dv3
     silu_back(m4, sgm4, gb2, gv)
-    linear_back(m3, mlp_w2, gv, g_mlp_w2, g_mlp_b2, gb1, True)
-    layer_norm_back(xhm3, rsm3, mlp_ln2, gb1, g_mlp_ln2, g_mlp_ln2, False, gv)
+    linear_ln_back(xhm3, mlp_ln2, mlp_w2, gv, g_mlp_w2, g_mlp_b2, g_mlp_ln2, gb1)
+    layer_norm_back(xhm3, rsm3, mlp_ln2, gb1, gv, False)
     silu_back(m1, sgm1, gv, gv)
-    linear_back(m0, mlp_w1, gv, g_mlp_w1, g_mlp_b1, gb1, True)
-    layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, g_mlp_ln1, g_mlp_ln1, False, gv)
-    add(gb2, gv, gb2)  # dL/dv2 at the read rows
+    linear_ln_back(xhm0, mlp_ln1, mlp_w1, gv, g_mlp_w1, g_mlp_b1, g_mlp_ln1, gb1)
+    layer_norm_back(xhm0, rsm0, mlp_ln1, gb1, gb2, True)  # dL/dv2 at the read rows
     gv, gb1 = w20[36, :n], w20[37, :n]
     for r in range(n):
         i = ri[r]
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
-    lstm_backward(u2, h2, c2, c2b, tc2, g2, ih2, hh2, off, bs, gv2, g_ih2, g_hh2, g_bih2, g_bhh2, gb1, dg, dh_rec,
+    # u = x̂ (lstm_backward reads u only for dL/dw_ih = dgᵀ·u): dL/dw_ih, dL/db_ih over x̂ into scratch, then
+    # ln_weight_grads gives the LayerNorm's dL/dγ, dL/dβ and dL/dw_ih over u = x̂·γ + β
+    gih.fill(0.0)
+    gbih.fill(0.0)
+    lstm_backward(xhu2, h2, c2, c2b, tc2, g2, ih2, hh2, off, bs, gv2, gih, g_hh2, gbih, g_bhh2, gb1, dg, dh_rec,
                   dc_next, dc_next2, hu)
-    layer_norm_back(xhu2, rsu2, ln2, gb1, g_ln2, g_ln2_b, True, gv)
-    add(gv2, gv, gv2)  # dL/dv1
-    lstm_backward(u1, h1, c1, c1b, tc1, g1, ih1, hh1, off, bs, gv2, g_ih1, g_hh1, g_bih1, g_bhh1, gb1, dg, dh_rec,
+    ln_weight_grads(gih, gbih, ln2, ln2_b, True, ih2, g_ih2, g_ln2, g_ln2_b)
+    for j in range(G4):
+        g_bih2[j] += gbih[j]
+    layer_norm_back(xhu2, rsu2, ln2, gb1, gv2, True)  # dL/dv1
+    gih.fill(0.0)
+    gbih.fill(0.0)
+    lstm_backward(xhu1, h1, c1, c1b, tc1, g1, ih1, hh1, off, bs, gv2, gih, g_hh1, gbih, g_bhh1, gb1, dg, dh_rec,
                   dc_next, dc_next2, hu)
-    layer_norm_back(xhu1, rsu1, ln1, gb1, g_ln1, g_ln1, False, gv)
-    add(gv2, gv, gv2)  # dL/dv0
+    ln_weight_grads(gih, gbih, ln1, ln1, False, ih1, g_ih1, g_ln1, g_ln1)
+    for j in range(G4):
+        g_bih1[j] += gbih[j]
+    layer_norm_back(xhu1, rsu1, ln1, gb1, gv2, True)  # dL/dv0
     silu_back(a2, sg2, gv2, gv2)
-    linear_back(n1, pre2_w, gv2, g_pre2_w, g_pre2_b, gb1, True)
-    layer_norm_back(xh1, rs1, pre_ln, gb1, g_pre_ln, g_pre_ln, False, gv)
+    linear_ln_back(xh1, pre_ln, pre2_w, gv2, g_pre2_w, g_pre2_b, g_pre_ln, gb1)
+    layer_norm_back(xh1, rs1, pre_ln, gb1, gv, False)
     silu_back(a1, sg1, gv, gv)
     linear_back(x0, pre_w, gv, g_pre_w, g_pre_b, gb1, False)
     return loss

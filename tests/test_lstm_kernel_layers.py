@@ -88,6 +88,56 @@ def test_transposed_and_blocked_products(dtype):
     np.testing.assert_allclose(gw, gw0 + dg.astype(np.float64).T @ hu.astype(np.float64), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("has_beta, out", [(False, K.H), (True, K.G4)])
+def test_layer_norm_and_its_parameter_gradients(dtype, has_beta, out):
+    """layer_norm, then a layer z = y·wᵀ + b (out = 20: a linear; 80: an LSTM's input product), against torch
+    autograd in float64: y, x̂, 1/σ, dL/dx (layer_norm_back) and the parameters' gradients dL/dw, dL/dγ, dL/dβ, which
+    the kernel takes from the product over x̂ (ln_weight_grads; linear_ln_back for the linear), added onto what the
+    gradient held. 39 rows: the four-row blocks end with a short one; the mean far from 0 (cancellation in x − μ)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(17)
+    n = 39
+    w20 = K.workspace(n, dtype)[0]
+    x, y, xh, gy, gx = w20[0, :n], w20[1, :n], w20[2, :n], w20[3, :n], w20[4, :n]
+    x[:] = rng.normal(3.0, 0.7, (n, K.H))
+    gamma, beta = rng.normal(1, 0.3, K.H).astype(dtype), rng.normal(0, 0.3, K.H).astype(dtype)
+    w, b = rng.normal(0, 0.4, (out, K.H)).astype(dtype), rng.normal(0, 0.1, out).astype(dtype)
+    gz = rng.normal(0, 1, (n, out)).astype(dtype)  # dL/dz
+    rstd = np.empty(n, dtype)
+    K.layer_norm(x, gamma, beta, has_beta, y, xh, rstd)
+
+    t = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in
+         (("x", x), ("gamma", gamma), ("beta", beta), ("w", w), ("b", b))}
+    t_y = torch.nn.functional.layer_norm(t["x"], (K.H,), t["gamma"], t["beta"] if has_beta else None, eps=K.LN_EPS)
+    t_y.retain_grad()
+    (torch.nn.functional.linear(t_y, t["w"], t["b"]) * torch.tensor(gz.astype(np.float64))).sum().backward()
+    mu, var = x.astype(np.float64).mean(1, keepdims=True), x.astype(np.float64).var(1, keepdims=True)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(y, t_y.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(xh, (x - mu) / np.sqrt(var + K.LN_EPS), rtol=tol, atol=tol)
+    np.testing.assert_allclose(rstd, 1.0 / np.sqrt(var[:, 0] + K.LN_EPS), rtol=tol, atol=tol)
+
+    held = rng.normal(0, 1, 4).astype(dtype)  # what the gradient held before: the kernels add onto it
+    gw, gb, gg, gbeta = (np.full(s, v, dtype) for s, v in zip(((out, K.H), out, K.H, K.H), held))
+    if out == K.H and not has_beta:
+        gyl = w20[5, :n]
+        K.linear_ln_back(xh, gamma, w, gz, gw, gb, gg, gyl)
+        np.testing.assert_allclose(gyl, t_y.grad.numpy(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(gb, held[1] + t["b"].grad.numpy(), rtol=tol, atol=tol)
+    else:
+        gyl = gz @ w  # dL/dy as the LSTM's reverse hands it over (gu)
+        g, gbias = (gz.T @ xh).astype(dtype), gz.sum(0).astype(dtype)
+        K.ln_weight_grads(g, gbias, gamma, beta, has_beta, w, gw, gg, gbeta)
+    np.testing.assert_allclose(gw, held[0] + t["w"].grad.numpy(), rtol=tol, atol=tol * 10)
+    np.testing.assert_allclose(gg, held[2] + t["gamma"].grad.numpy(), rtol=tol, atol=tol * 10)
+    if has_beta:
+        np.testing.assert_allclose(gbeta, held[3] + t["beta"].grad.numpy(), rtol=tol, atol=tol * 10)
+    gy[:] = gyl
+    K.layer_norm_back(xh, rstd, gamma, gy, gx, False)
+    np.testing.assert_allclose(gx, t["x"].grad.numpy(), rtol=tol, atol=tol * 10)
+
+
 def test_stable_argsort_small_is_numpys_stable_argsort():
     """The chunks' card order (kernel_math.stable_argsort_small, a counting sort) against numpy's stable argsort,
     ascending and descending, on lengths with many ties, empty and single-key inputs."""
