@@ -165,6 +165,32 @@ passes fewer: pre_ln, ln1, mlp_ln2): 1.005× in place (11 pairs, a busy machine)
 read rows only, in the gather (no `add` over every row; same bits): 0.991× (11 pairs). Not
 tried: γ folded into the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
 
+Vectorising the LSTMs' own loops (2026-11-24, branch bw5; AMD Zen 4, float32; perf of a pass on sim36 user 19
+before: lstm_forward 15% and lstm_backward 12% of the kernel's samples, the backward's gate-gradient loop scalar at
+≈ 42 ns per row and layer). numba compiles with LLVM's SLP vectoriser off, so only the loop vectoriser can help, and
+it vectorises a loop only (i) if the loop is still a loop — a constant trip count of H = 20 is unrolled first, into
+20 scalar copies; a large body (the gate gradients) escapes the full unroll and is vectorised 4 wide — and (ii) if
+each pair of arrays written and read is either provably apart or two distinct objects that a run-time check can
+compare: one array read at a step's rows and written at the previous step's (c, dL/dc) defeats it. Kept, each paired
+with bench/bench_lstm.py (sim36 users 19, 10, 27, 5; 7 pairs each; the busy machine's noise ±5%), result bits as
+stated:
+- σ of a step's gates and tanh of its cells flat over the step's rows (the g gate's rows doubled: exact):
+  lstm_forward alone 138 → 116 ns per row and layer; 1.038× per pass; bits unchanged;
+- the cards' length sort by counting (kernel_math.stable_argsort_small; numba's merge sort was 1.3% of the samples):
+  with the above 1.054×; bits unchanged;
+- dL/dc through the next step in two arrays by step parity, each parity its own call of `gate_grads` (so each call
+  sees two distinct objects), h_prev copied apart: 1.080×; the float32 gradient within 1.4e−7 of its largest entry
+  (vector FMAs), loss and P(recall) bits unchanged;
+- the cells likewise in two arrays by parity (`cells`), the g gate kept as σ(2z) (g = 2σ − 1 where used), the
+  per-row loops with the row width read at run time: 1.090×;
+- with ln5's LayerNorms merged: 1.138×; the inputs copied card by card (feats read in order): 1.154×.
+Measured and not kept: the gates in unit-major order (row 4j + q, so that a step's cells run flat with interleaved
+loads of the gates): the forward 139 → 134 ns per row and layer but the backward 182 → 188–194 (its loops gathered);
+the gates copied into four planes [4, N, H] and the whole backward flat over them, dg copied back into rows for
+the products: 1.014× per pass against 1.038× without it; run-time row widths in chunk_loss's and the heads' copy
+loops: 1.091× against 1.090× (noise); the biases' rows as a rank-1 product: slower (120 against 119 ns per row);
+NUMBA_SLP_VECTORIZE=1 for the whole kernel: no change (5.5–5.9 against 5.5–5.9 ms per pass).
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
