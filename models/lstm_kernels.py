@@ -739,6 +739,22 @@ def lstm_backward(u, h, c_even, c_odd, tanh_c, gates, w_ih, w_hh, off, bs, gh, g
         g_bih[j] += gb[j]
 
 
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def lstm_layer_back(xh, rstd, h, c_even, c_odd, tanh_c, gates, w_ih, w_hh, gamma, beta, has_beta, off, bs, gv,
+                    g_ih, g_hh, g_bih, g_bhh, g_gamma, g_beta, gih, gbih, gu, dg, dh_rec, dc_even, dc_odd, hu):
+    """Reverse of one residual block LN → LSTM (v_out = v_in + LSTM(LN(v_in))) given dL/dv_out in gv, which becomes
+    dL/dv_in. u = x̂ (lstm_backward reads u only for dL/dw_ih = dgᵀ·u): dL/dw_ih, dL/db_ih over x̂ into the scratch
+    gih, gbih, from which ln_weight_grads gives the LayerNorm's dL/dγ, dL/dβ and dL/dw_ih over u = x̂·γ + β."""
+    gih.fill(0.0)
+    gbih.fill(0.0)
+    lstm_backward(xh, h, c_even, c_odd, tanh_c, gates, w_ih, w_hh, off, bs, gv, gih, g_hh, gbih, g_bhh, gu, dg, dh_rec,
+                  dc_even, dc_odd, hu)
+    ln_weight_grads(gih, gbih, gamma, beta, has_beta, w_ih, g_ih, g_gamma, g_beta)
+    for j in range(G4):
+        g_bih[j] += gbih[j]
+    layer_norm_back(xh, rstd, gamma, gu, gv, True)
+
+
 # ----------------------------------------------------------------------------------------------- the heads
 
 @njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
@@ -1082,24 +1098,10 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         i = ri[r]
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
-    # u = x̂ (lstm_backward reads u only for dL/dw_ih = dgᵀ·u): dL/dw_ih, dL/db_ih over x̂ into scratch, then
-    # ln_weight_grads gives the LayerNorm's dL/dγ, dL/dβ and dL/dw_ih over u = x̂·γ + β
-    gih.fill(0.0)
-    gbih.fill(0.0)
-    lstm_backward(xhu2, h2, c2, c2b, tc2, g2, ih2, hh2, off, bs, gv2, gih, g_hh2, gbih, g_bhh2, gb1, dg, dh_rec,
-                  dc_next, dc_next2, hu)
-    ln_weight_grads(gih, gbih, ln2, ln2_b, True, ih2, g_ih2, g_ln2, g_ln2_b)
-    for j in range(G4):
-        g_bih2[j] += gbih[j]
-    layer_norm_back(xhu2, rsu2, ln2, gb1, gv2, True)  # dL/dv1
-    gih.fill(0.0)
-    gbih.fill(0.0)
-    lstm_backward(xhu1, h1, c1, c1b, tc1, g1, ih1, hh1, off, bs, gv2, gih, g_hh1, gbih, g_bhh1, gb1, dg, dh_rec,
-                  dc_next, dc_next2, hu)
-    ln_weight_grads(gih, gbih, ln1, ln1, False, ih1, g_ih1, g_ln1, g_ln1)
-    for j in range(G4):
-        g_bih1[j] += gbih[j]
-    layer_norm_back(xhu1, rsu1, ln1, gb1, gv2, True)  # dL/dv0
+    lstm_layer_back(xhu2, rsu2, h2, c2, c2b, tc2, g2, ih2, hh2, ln2, ln2_b, True, off, bs, gv2, g_ih2, g_hh2, g_bih2,
+                    g_bhh2, g_ln2, g_ln2_b, gih, gbih, gb1, dg, dh_rec, dc_next, dc_next2, hu)  # dL/dv1 into gv2
+    lstm_layer_back(xhu1, rsu1, h1, c1, c1b, tc1, g1, ih1, hh1, ln1, ln1, False, off, bs, gv2, g_ih1, g_hh1, g_bih1,
+                    g_bhh1, g_ln1, g_ln1, gih, gbih, gb1, dg, dh_rec, dc_next, dc_next2, hu)  # dL/dv0 into gv2
     silu_back(a2, sg2, gv2, gv2)
     linear_ln_back(xh1, pre_ln, pre2_w, gv2, g_pre2_w, g_pre2_b, g_pre_ln, gb1)
     layer_norm_back(xh1, rs1, pre_ln, gb1, gv, False)
