@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script, sys.path[0] is bench/ (project modules: imported lazily)
+    sys.path.insert(0, str(ROOT))
 UPSTREAM_OUTPUTS = {"result", "raw", "evaluation"}  # what upstream writes under its working directory
 
 
@@ -131,8 +133,6 @@ def skip_reason(model: str) -> str:
 def our_args(model: str) -> list[str]:
     """Our other.py arguments for the row `model` (rows.py: model and flags, e.g. GRU-P-short is `--model GRU-P
     --short`); a name that is not a row is taken as a registry model name."""
-    if str(ROOT) not in sys.path:  # run as a script, sys.path[0] is bench/
-        sys.path.insert(0, str(ROOT))
     import rows
 
     row = rows.BY_NAME.get(model)
@@ -217,8 +217,6 @@ def match_tie_order(upstream_python: str) -> str:
     1.26 → "cpu" (numpy 1.26 as it runs on this CPU), numpy 2.0–2.2 on an AVX-512 CPU → "published" (our default);
     anything else has no re-implementation here, and the rows that replay upstream's batches (ACT-R, DASH, HLR, ...)
     will differ. A value already set in the environment is kept. Returns a line saying what was chosen."""
-    if str(ROOT) not in sys.path:  # run as a script, sys.path[0] is bench/
-        sys.path.insert(0, str(ROOT))
     from models.legacy_sort import TIE_ORDER_ENV
 
     if TIE_ORDER_ENV in os.environ:

@@ -463,12 +463,8 @@ def linear_ln_back(xh, gamma, w, gy, gw, gb, ggamma, gx):
     """Reverse of `linear` on a LayerNorm's output y = x̂·γ (no β): adds dL/dw, dL/db and that LayerNorm's dL/dγ
     (ln_weight_grads); gx = dL/dy."""
     g = np.zeros(w.shape, w.dtype)
-    dot_tn_acc(gy, xh, g)
-    for r in range(gy.shape[0]):
-        for j in range(gy.shape[1]):
-            gb[j] += gy[r, j]
+    linear_back(xh, w, gy, g, gb, gx, True)  # g = gyᵀ·x̂: the weight gradient over x̂
     ln_weight_grads(g, gb, gamma, gamma, False, w, gw, ggamma, ggamma)  # gb: unused without β
-    np.dot(gy, w, gx)
 
 
 @njit(cache=True, inline="always")
@@ -684,7 +680,7 @@ def lstm_backward(u, h, c_even, c_odd, tanh_c, gates, w_ih, w_hh, off, bs, gh, g
     n = u.shape[0]
     zero, one = like(u, 0.0), like(u, 1.0)
     # dL/dh and dL/dc through the next step (dh_rec, the step's dc array) are written at every row a next step
-    # has, below; zero at each card's last row (the rows of block k past bs[k + 1]); h_prev is zero at the first
+    # has, below; zero at each card's last row (the rows of block k past bs[k + 1]); h_prev is zero at the first step
     for k in range(len(bs)):
         dc_in = dc_even if k % 2 == 0 else dc_odd
         for q in range(bs[k + 1] if k + 1 < len(bs) else 0, bs[k]):
@@ -1012,8 +1008,8 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         w20[17, :n], w20[18, :n], w20[19, :n], w20[20, :n], w20[21, :n], w20[22, :n], w20[23, :n], w20[24, :n],
         w20[25, :n], w20[26, :n], w20[27, :n], w20[28, :n], w20[29, :n], w20[30, :n], w20[31, :n], w20[32, :n],
         w20[33, :n], w20[34, :n], w20[35, :n])
-    gv, gb1, gb2, dh_rec, dc_next = w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n]
-    dc_next2, c1b, c2b = w20[43, :n], w20[44, :n], w20[45, :n]  # the cells of odd steps in c1b, c2b
+    gv, gb1, gb2, dh_rec, dc_even = w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n]
+    dc_odd, c1b, c2b = w20[43, :n], w20[44, :n], w20[45, :n]  # the cells of odd steps in c1b, c2b
     # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
     ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
     for q in range(len(cards)):
@@ -1099,9 +1095,9 @@ def chunk_loss(model, layout, cards, th, want, gr, p_out, ws):
         for j in range(H):
             gv2[r, j] = gb2[i, j] if i >= 0 else 0.0  # dL/dv2: only through the LSTMs at the other rows
     lstm_layer_back(xhu2, rsu2, h2, c2, c2b, tc2, g2, ih2, hh2, ln2, ln2_b, True, off, bs, gv2, g_ih2, g_hh2, g_bih2,
-                    g_bhh2, g_ln2, g_ln2_b, gih, gbih, gb1, dg, dh_rec, dc_next, dc_next2, hu)  # dL/dv1 into gv2
+                    g_bhh2, g_ln2, g_ln2_b, gih, gbih, gb1, dg, dh_rec, dc_even, dc_odd, hu)  # dL/dv1 into gv2
     lstm_layer_back(xhu1, rsu1, h1, c1, c1b, tc1, g1, ih1, hh1, ln1, ln1, False, off, bs, gv2, g_ih1, g_hh1, g_bih1,
-                    g_bhh1, g_ln1, g_ln1, gih, gbih, gb1, dg, dh_rec, dc_next, dc_next2, hu)  # dL/dv0 into gv2
+                    g_bhh1, g_ln1, g_ln1, gih, gbih, gb1, dg, dh_rec, dc_even, dc_odd, hu)  # dL/dv0 into gv2
     silu_back(a2, sg2, gv2, gv2)
     linear_ln_back(xh1, pre_ln, pre2_w, gv2, g_pre2_w, g_pre2_b, g_pre_ln, gb1)
     layer_norm_back(xh1, rs1, pre_ln, gb1, gv, False)

@@ -35,16 +35,21 @@ def test_elementwise_layers_on_workspace_views(dtype):
 
 
 
+def product_operands(rng, dtype, w_shape):
+    """x: 26 rows with a row stride of 2H (hu[:, H:] style), a weight matrix of w_shape, and out_all [30, 4H]."""
+    wide = rng.normal(0, 1, (40, 2 * K.H)).astype(dtype)
+    x = wide[3:29, K.H:]  # 26 rows, row stride 2H
+    w = rng.normal(0, 1, w_shape).astype(dtype)
+    return x, w, rng.normal(0, 1, (30, K.G4)).astype(dtype)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_products_add_onto_their_outputs(dtype):
     """dot_wt_acc / dot_tn_acc (BLAS gemm with beta = 1) on row slices, one of them with a row stride wider than its
     columns (hu[:, H:] style): out += x·wᵀ and gw += gyᵀ·x, against float64 numpy; nothing outside the targets
     moves, and empty row ranges add nothing."""
     rng = np.random.default_rng(11)
-    wide = rng.normal(0, 1, (40, 2 * K.H)).astype(dtype)
-    x = wide[3:29, K.H:]  # 26 rows, row stride 2H
-    w = rng.normal(0, 1, (K.G4, K.H)).astype(dtype)
-    out_all = rng.normal(0, 1, (30, K.G4)).astype(dtype)
+    x, w, out_all = product_operands(rng, dtype, (K.G4, K.H))
     before = out_all.astype(np.float64)
     out = out_all[2:28]
     K.dot_wt_acc(x, w, out)
@@ -67,10 +72,7 @@ def test_transposed_and_blocked_products(dtype):
     of its small-matrix blocks (SMALL_MNK: [80, 40] summed over 700 rows goes in 3 blocks, the last one short, one
     operand with a wider row stride), against float64 numpy; nothing outside the targets moves."""
     rng = np.random.default_rng(13)
-    wide = rng.normal(0, 1, (40, 2 * K.H)).astype(dtype)
-    x = wide[3:29, K.H:]  # 26 rows, row stride 2H
-    wt = rng.normal(0, 1, (K.H, K.G4)).astype(dtype)
-    out_all = rng.normal(0, 1, (30, K.G4)).astype(dtype)
+    x, wt, out_all = product_operands(rng, dtype, (K.H, K.G4))
     expect = out_all.astype(np.float64)
     K.dot_acc(x, wt, out_all[2:28])
     expect[2:28] += x.astype(np.float64) @ wt.astype(np.float64)
