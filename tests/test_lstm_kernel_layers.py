@@ -1,7 +1,7 @@
-"""The LSTM kernels' elementwise layers (models/lstm_kernels.py: silu, silu_back, add), which run over their arrays
-flat, on the views chunk_loss hands them (row prefixes of the shared work space), and the products that add onto
-their outputs (dot_wt_acc, dot_acc, dot_tn_acc: BLAS with beta = 1), against numpy's formulas in float64 (the whole network
-is held to torch autograd in tests/test_lstm_compiled.py)."""
+"""The LSTM kernels' elementwise layers (models/lstm_kernels.py: silu, silu_back and silu_back_ip, add), which
+run over their arrays flat, on the views chunk_loss hands them (row prefixes of the shared work space), and the
+products that add onto their outputs (dot_wt_acc, dot_acc, dot_tn_acc: BLAS with beta = 1), against numpy's formulas
+in float64 (the whole network is held to torch autograd in tests/test_lstm_compiled.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ def test_elementwise_layers_on_workspace_views(dtype):
     np.testing.assert_allclose(y, a64 * s, rtol=tol, atol=tol)
     K.silu_back(a, sg, gy, ga)
     np.testing.assert_allclose(ga, gy64 * s * (1.0 + a64 * (1.0 - s)), rtol=4 * tol, atol=4 * tol)
+    g = w20[5, :n]
+    g[:] = gy
+    K.silu_back_ip(a, sg, g)  # in place: the same values (the same operations)
+    np.testing.assert_array_equal(g, ga)
     K.add(a, gy, y)
     np.testing.assert_allclose(y, a64 + gy64, rtol=tol, atol=tol)
     assert (w20[2:5, n:] == 123.0).all()
