@@ -162,8 +162,8 @@ layer_norm's squares of a block summed in the loop that sums the next block (eig
 1.007× in place, 11 pairs against the kernel with `acc`); the reverse's gx of a block written in the loop that
 sums the next block: 22 against 9 (slower); silu_back folded into the gx loop of the LayerNorm before it (three
 passes fewer: pre_ln, ln1, mlp_ln2): 1.005× in place (11 pairs, a busy machine); v2 = v1 + h2 formed at the
-read rows only, in the gather (no `add` over every row; same bits): 0.991× (11 pairs). Not
-tried: γ folded into the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
+read rows only, in the gather (no `add` over every row; same bits): 0.991× (11 pairs). Not tried: γ folded into
+the next layer's weights (the forward would save only the y writes now: 13.7 against 13.8 ns per row alone).
 
 Vectorising the LSTMs' own loops (2026-11-24, branch bw5; AMD Zen 4, float32; perf of a pass on sim36 user 19
 before: lstm_forward 15% and lstm_backward 12% of the kernel's samples, the backward's gate-gradient loop scalar at
@@ -614,9 +614,9 @@ def lstm_wt(w_ih, w_hh):
 def lstm_forward(u, wt_ih, wt_hh, b_ih, b_hh, off, bs, h, c_even, c_odd, tc, act, tmp):
     """nn.LSTM (one layer, zero initial state) over packed time-major rows u [N, H] (weights as `lstm_wt` gives
     them): block k = rows off[k] .. off[k] + bs[k] − 1, the step k of the bs[k] longest cards (their previous step:
-    the first bs[k] rows of block k − 1). Writes h, tanh(c) [N, H], the cells c of the even steps' rows into c_even and of the odd steps' into
-    c_odd, and the activated gates act [N, 4H] (the g gate's column as σ(2z): g = tanh(z) = 2σ(2z) − 1, which
-    lstm_backward computes); tmp [≥ 1, 4H] is scratch.
+    the first bs[k] rows of block k − 1). Writes h, tanh(c) [N, H], the cells c of the even steps' rows into
+    c_even and of the odd steps' into c_odd, and the activated gates act [N, 4H] (the g gate's column as σ(2z): g =
+    tanh(z) = 2σ(2z) − 1, which lstm_backward computes); tmp [≥ 1, 4H] is scratch.
 
     How LLVM vectorises these loops (measured on AMD Zen 4, float32, the layer alone on sim36 users' chunks):
     - The transcendentals run flat over a step's rows (contiguous in every array): σ of all its gates (the g
