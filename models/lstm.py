@@ -241,8 +241,9 @@ class LSTMSpec(CompiledNet):
         fine-tune's 20 passes; the kernel then copies them (same values, same rounding)."""
         layout, model = cards.layout(), self.model_consts()
         cached = cards.__dict__.get("_lstm_inputs")
-        if cached is None or cached[0] != model[:4]:
-            cached = cards._lstm_inputs = (model[:4], encode_rows(layout[0], model))
+        key = (*model[:4], np.dtype(type(model[4])).name)  # the inputs are stored in the kernels' dtype
+        if cached is None or cached[0] != key:
+            cached = cards._lstm_inputs = (key, encode_rows(layout[0], model))
         return (cached[1], *layout[1:])
 
 
