@@ -778,6 +778,57 @@ def lstm_layer_back(xh, rstd, h, c_even, c_odd, tanh_c, gates, w_ih, w_hh, gamma
 # ----------------------------------------------------------------------------------------------- the heads
 
 @njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def shift_max(z0, z1, z2, a0, a1, a2):
+    """a_k = z_k − max(z0, z1, z2) per target: the softmax's exp arguments (heads_forward)."""
+    for t in range(len(z0)):
+        zmax = max(z0[t], max(z1[t], z2[t]))
+        a0[t], a1[t], a2[t] = z0[t] - zmax, z1[t] - zmax, z2[t] - zmax
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def clamp25(z, a):
+    """a = z clamped to ±25 (the s and d logits' exp arguments)."""
+    for t in range(len(z)):
+        a[t] = min(max(z[t], -25.0), 25.0)
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def normalise3(e0, e1, e2):
+    """The softmax's three exponentials divided by their sum, in place."""
+    for t in range(len(e0)):
+        tot = 0.0
+        tot += e0[t]
+        tot += e1[t]
+        tot += e2[t]
+        e0[t], e1[t], e2[t] = e0[t] / tot, e1[t] / tot, e2[t] / tot
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def curve_base(tt, s, b):
+    """b = 1 + Δt / (1e−7 + s): a curve's base, whose −d-th power is its P(recall)."""
+    for t in range(len(tt)):
+        b[t] = 1.0 + tt[t] / (1e-7 + s[t])
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def neg_product(d, lb, out):
+    """out = −d·ln(base): the exponent of base^(−d)."""
+    for t in range(len(d)):
+        out[t] = -d[t] * lb[t]
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def mixture(w0, w1, w2, p0, p1, p2, pr):
+    """P(recall) = (1 − 1e−7)·Σ_c w_c·p_c."""
+    for t in range(len(w0)):
+        p = 0.0
+        p += w0[t] * p0[t]
+        p += w1[t] * p1[t]
+        p += w2[t] * p2[t]
+        pr[t] = p * (1.0 - 1e-7)
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
     """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
     target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
@@ -814,33 +865,27 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
             w, vi = wh[i, k], vt[i]
             for t in range(n_t):
                 zk[t] += w * vi[t]
+    nc = N_CURVES
+    # the exp arguments: softmax shifted by its max, s and d clamped to ±25. Each loop over the targets is a
+    # function of its own whose rows are separate arguments: as rows of the one array hw, every loop that wrote one
+    # row and read another stayed scalar (LLVM cannot order accesses at unknown distances in one object)
+    shift_max(z_[0], z_[1], z_[2], a_[0], a_[1], a_[2])
+    for k in range(nc, 3 * nc):
+        clamp25(z_[k], a_[k])
     for t in range(n_t):
-        zmax = max(z_[0, t], max(z_[1, t], z_[2, t]))
-        for k in range(N_CURVES):  # the exp arguments: softmax shifted by its max, s and d clamped to ±25
-            a_[k, t] = z_[k, t] - zmax
-            a_[N_CURVES + k, t] = min(max(z_[N_CURVES + k, t], -25.0), 25.0)
-            a_[2 * N_CURVES + k, t] = min(max(z_[2 * N_CURVES + k, t], -25.0), 25.0)
         tt[t] = t_dt[tj[t]]
     exp_vec(flat(a_), flat(e_))  # rows: e^(z_w − max) (then w, below), s, d
-    for t in range(n_t):
-        tot = 0.0
-        for k in range(N_CURVES):
-            tot += e_[k, t]
-        for k in range(N_CURVES):
-            e_[k, t] /= tot
-            b_[k, t] = 1.0 + tt[t] / (1e-7 + e_[N_CURVES + k, t])
+    normalise3(e_[0], e_[1], e_[2])
+    for k in range(nc):
+        curve_base(tt, e_[nc + k], b_[k])
     log_vec(flat(b_), flat(l_))
-    a3 = a_[0:N_CURVES]
-    for t in range(n_t):
-        for k in range(N_CURVES):
-            a3[k, t] = -e_[2 * N_CURVES + k, t] * l_[k, t]
+    a3 = a_[0:nc]
+    for k in range(nc):
+        neg_product(e_[2 * nc + k], l_[k], a3[k])
     exp_vec(flat(a3), flat(pc_))  # base^(−d) as e^(−d·ln base) (the log serves dp/dd too)
+    mixture(e_[0], e_[1], e_[2], pc_[0], pc_[1], pc_[2], pr)
     for t in range(n_t):
-        p = 0.0
-        for k in range(N_CURVES):
-            p += e_[k, t] * pc_[k, t]
-        p *= 1.0 - 1e-7
-        pr[t] = p
+        p = pr[t]
         p_out[tj[t]] = p
         la_in[t] = p if t_y[tj[t]] > 0.5 else 1.0 - p  # the BCE's log: ln p or ln(1 − p) (for libm's log1p(−p))
     log_vec(la_in, la)
@@ -855,6 +900,24 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
+def logit_grads(gp, w_, s_, d_, pc_k, b_k, l_k, zs, zd, tt, e_, pc_, gw, gs_, gd_):
+    """dL/d(logits) of one curve k over the targets (heads_backward); each row its own argument."""
+    nc = N_CURVES
+    for t in range(len(gp)):
+        g = gp[t]
+        dot = 0.0
+        for kk in range(nc):
+            dot += e_[kk, t] * pc_[kk, t]
+        w, s, d, pc = w_[t], s_[t], d_[t], pc_k[t]
+        gw[t] = g * w * (pc - dot)  # softmax's reverse
+        # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
+        gs = g * w * d * pc / b_k[t] * tt[t] / (1e-7 + s) ** 2
+        gs_[t] = gs * s if -25.0 <= zs[t] <= 25.0 else 0.0
+        gd = -g * w * pc * l_k[t]
+        gd_[t] = gd * d if -25.0 <= zd[t] <= 25.0 else 0.0
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
     """Reverse of heads_forward: dL/d(logits) per target as flat arrays, then the heads' weight gradients as one
     product gzᵀ·v [9, T]·[T, H] and dL/dv = gz·W [T, 9]·[9, H] (float64 BLAS; vg [≥ T·H] holds v's rows as float64),
@@ -863,23 +926,14 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
     z_, e_, b_, l_, pc_, gp, tt = hw[0:9], hw[18:27], hw[27:30], hw[30:33], hw[33:36], hw[37], hw[40]
     gz = hw[9:18]  # the exp arguments are spent: dL/d(logits) [9, T]
     nc = N_CURVES
-    for t in range(n_t):
-        g = gp[t]
-        dot = 0.0
-        for k in range(nc):
-            dot += e_[k, t] * pc_[k, t]
-        for k in range(nc):
-            w, s, d, pc = e_[k, t], e_[nc + k, t], e_[2 * nc + k, t], pc_[k, t]
-            gz[k, t] = g * w * (pc - dot)  # softmax's reverse
-            # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
-            gs = g * w * d * pc / b_[k, t] * tt[t] / (1e-7 + s) ** 2
-            gz[nc + k, t] = gs * s if -25.0 <= z_[nc + k, t] <= 25.0 else 0.0
-            gd = -g * w * pc * l_[k, t]
-            gz[2 * nc + k, t] = gd * d if -25.0 <= z_[2 * nc + k, t] <= 25.0 else 0.0
+    for k in range(nc):
+        logit_grads(gp, e_[k], e_[nc + k], e_[2 * nc + k], pc_[k], b_[k], l_[k], z_[nc + k], z_[2 * nc + k], tt,
+                    e_, pc_, gz[k], gz[nc + k], gz[2 * nc + k])
     v64 = vg[:n_t * H].reshape((n_t, H))
+    m = v.shape[1]  # H at run time: a constant 20 unrolls the row loops into scalar moves
     for t in range(n_t):
         r = tr[t]
-        for i in range(H):
+        for i in range(m):
             v64[t, i] = v[r, i]
     gw = np.dot(gz, v64)  # [9, H]
     wh = np.empty((3 * nc, H))
@@ -905,7 +959,7 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
             gv[r, i] = 0.0
     for t in range(n_t):
         r = tr[t]
-        for i in range(H):
+        for i in range(m):
             gv[r, i] += gv64[t, i]
 
 
