@@ -61,6 +61,10 @@ Then (AMD Zen 4) the LSTMs' elementwise loops vectorised (σ and tanh flat over 
 arrays by step parity, row widths read at run time), the LayerNorms' parameter gradients taken from the next
 layer's product, the inputs copied card by card: 1.15× per pass; the row's projection, main's and this back to back
 twice: 11.62 / 11.85 → 10.35 / 10.44 CPU-hours (≈ 5.2 s per 100k raw reviews); result lines identical.
+Then loops LLVM had left scalar because their arrays could not be told apart (the SiLU reverse in place, the heads'
+per-target loops) and per-chunk set-up moved to once per call: 1.03–1.05× per pass, bit-identical; the row's
+projection, main's code and this back to back twice (a slower day): 10.72 / 10.42 → 10.41 / 10.17 CPU-hours
+(≈ 5.0–5.15 s per 100k raw reviews).
 
 What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
 2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,

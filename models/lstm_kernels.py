@@ -191,6 +191,29 @@ the products: 1.014× per pass against 1.038× without it; run-time row widths i
 loops: 1.091× against 1.090× (noise); the biases' rows as a rank-1 product: slower (120 against 119 ns per row);
 NUMBA_SLP_VECTORIZE=1 for the whole kernel: no change (5.5–5.9 against 5.5–5.9 ms per pass).
 
+Arrays LLVM could not tell apart (2026-11-24, branch ovh; AMD Zen 4, float32). A loop vectorises only where every
+array it writes is either provably apart from those it reads or checkable at run time, and a check that fails sends
+it to the scalar loop: silu_back handed one array as gy and ga (in place) always failed its check (9.9 ns per row of
+20 against 2.4 for `silu_back_ip`, which reads and writes one argument at the same index); the heads' per-target
+loops wrote one row of their work space and read others of the same array (unknown distances in one object: no
+check possible), so each is now a function of its own with the rows as separate arguments (heads backward 45.3 →
+33.5 ns per target alone, forward 45.6 → 43.7: its float64 exp and log dominate). With them, the weights' and the
+gradient's views and the LSTMs' transposed weights (`lstm_wt`) once per call instead of per chunk, gemm_acc's alpha
+and beta a global constant (np.ones per product was 25–45 ns of a product's ≈ 100 ns fixed cost), dL/dv2 zeroed
+flat and copied at the read rows, the row copies with the width read at run time, and the encoded inputs stored in
+float32 (models/lstm.py; half the memory `inputs` reads card by card): paired with bench/bench_lstm.py (7–9 pairs
+each) 1.03× per pass on sim36 users 19, 10, 27, 5 and 1.03× on the 45k-review user, then the heads another 1.026×
+on the latter (1.01× on sim36 users 19 and 27); loss, gradient and P(recall) bit-identical throughout, and the
+result lines of the embedded users and sim36 users 5, 10, 19, 27 equal to main's. The row's projection
+(bench/bench_executors.py project --rows LSTM), main's code and this back to back twice on the same machine as the
+previous stop but slower today (main's code 53.05 / 51.53 ms per 1k raw reviews against 51.2 / 51.7 then): 53.05 →
+51.49 and 51.53 → 49.97 ms per 1k (10.72 → 10.41 and 10.42 → 10.17 CPU-hours for 10,000 users; ≈ 5.0–5.15 s per
+100k raw reviews). Measured and not kept: the biases' gradient as a ones column of the weight-gradient product (hu [N, 41]:
+0.995×; padded to 48 columns: 0.990×; the sum over [N, 4H] it replaces is cheap); gate_grads' row width read at run
+time (0.990×). What is left of a call's fixed cost, timed on one 3-step card (one chunk): ≈ 31 µs; perf of it: reference
+counts of array views 12%, rounding the weights to float32 and zeroing the float32 gradient buffer (once per call)
+≈ 13%, the weight-gradient products' [80, 40] and [20, 20] outputs ≈ 8%, ln_weight_grads ≈ 6%, flush_grad ≈ 5%.
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
