@@ -34,8 +34,8 @@ fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe(
 fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
 network computes in float32 by default (PRECISION; upstream's torch LSTM is float32 too), the optimizer (AdamW
 state, clipping, master weights) in float64; `other.py --precision float64` runs the network in float64 (result
-file LSTM-float64). Checked when float32 became the default: on the embedded data (3 users evaluated) and 12 simulated users
-(bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal the float64 run's to
+file LSTM-float64). Checked when float32 became the default: on the embedded data (3 users evaluated) and 12
+simulated users (bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal the float64 run's to
 4 decimals, sizes identical; the result files' 6-decimal metrics differ by at most 2e−6 (AUC, ICI), LogLoss and
 RMSE(bins) not at all. Whole runs (2 users, 28k raw reviews, one process): float32 takes 0.73× the CPU time of
 float64 (paired medians, 3 pairs). The torch path stays as the reference, in float64: `finetune(layout="cards")` is

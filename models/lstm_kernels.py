@@ -208,11 +208,12 @@ result lines of the embedded users and sim36 users 5, 10, 19, 27 equal to main's
 (bench/bench_executors.py project --rows LSTM), main's code and this back to back twice on the same machine as the
 previous stop but slower today (main's code 53.05 / 51.53 ms per 1k raw reviews against 51.2 / 51.7 then): 53.05 →
 51.49 and 51.53 → 49.97 ms per 1k (10.72 → 10.41 and 10.42 → 10.17 CPU-hours for 10,000 users; ≈ 5.0–5.15 s per
-100k raw reviews). Measured and not kept: the biases' gradient as a ones column of the weight-gradient product (hu [N, 41]:
-0.995×; padded to 48 columns: 0.990×; the sum over [N, 4H] it replaces is cheap); gate_grads' row width read at run
-time (0.990×). What is left of a call's fixed cost, timed on one 3-step card (one chunk): ≈ 31 µs; perf of it: reference
-counts of array views 12%, rounding the weights to float32 and zeroing the float32 gradient buffer (once per call)
-≈ 13%, the weight-gradient products' [80, 40] and [20, 20] outputs ≈ 8%, ln_weight_grads ≈ 6%, flush_grad ≈ 5%.
+100k raw reviews). Measured and not kept: the biases' gradient as a ones column of the weight-gradient product (hu
+[N, 41]: 0.995×; padded to 48 columns: 0.990×; the sum over [N, 4H] it replaces is cheap); gate_grads' row width
+read at run time (0.990×). What is left of a call's fixed cost, timed on one 3-step card (one chunk): ≈ 31 µs; perf
+of it: reference counts of array views 12%, rounding the weights to float32 and zeroing the float32 gradient buffer
+(once per call) ≈ 13%, the weight-gradient products' [80, 40] and [20, 20] outputs ≈ 8%, ln_weight_grads ≈ 6%,
+flush_grad ≈ 5%.
 
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
@@ -623,7 +624,7 @@ def cells(act, c_prev, c_cur, r0, p0, nk):
 def lstm_wt(w_ih, w_hh):
     """lstm_forward's weights: w_ihᵀ and w_hhᵀ C-contiguous [H, 4H] (dot_acc's faster form), the g gate's columns
     doubled (exact: tanh(z) = 2σ(2z) − 1, so that one σ activates all 80 gates). Made once per lstm_cards_loss
-    call: per chunk, with the work space's views, ≈ a third of a chunk's fixed cost."""
+    call rather than in every chunk (two allocations, transposes and passes per layer and chunk before)."""
     two = like(w_ih, 2.0)
     wt_ih, wt_hh = np.ascontiguousarray(w_ih.T), np.ascontiguousarray(w_hh.T)
     for i in range(H):
