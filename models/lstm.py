@@ -35,8 +35,8 @@ fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions
 network computes in float32 by default (PRECISION; upstream's torch LSTM is float32 too), the optimizer (AdamW
 state, clipping, master weights) in float64; `other.py --precision float64` runs the network in float64 (result
 file LSTM-float64). Checked when float32 became the default: on the embedded data (3 users evaluated) and 12
-simulated users (bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal the float64 run's to
-4 decimals, sizes identical; the result files' 6-decimal metrics differ by at most 2e−6 (AUC, ICI), LogLoss and
+simulated users (bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal
+the float64 run's to 4 decimals, sizes identical; the result files' 6-decimal metrics differ by at most 2e−6 (AUC, ICI), LogLoss and
 RMSE(bins) not at all. Whole runs (2 users, 28k raw reviews, one process): float32 takes 0.73× the CPU time of
 float64 (paired medians, 3 pairs). The torch path stays as the reference, in float64: `finetune(layout="cards")` is
 the same recipe stepped by torch.optim.AdamW (tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the
