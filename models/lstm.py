@@ -35,36 +35,35 @@ fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions
 network computes in float32 by default (PRECISION; upstream's torch LSTM is float32 too), the optimizer (AdamW
 state, clipping, master weights) in float64; `other.py --precision float64` runs the network in float64 (result
 file LSTM-float64). Checked when float32 became the default: on the embedded data (3 users evaluated) and 12
-simulated users (bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal
-the float64 run's to 4 decimals, sizes identical; the result files' 6-decimal metrics differ by at most 2e−6 (AUC, ICI), LogLoss and
-RMSE(bins) not at all. Whole runs (2 users, 28k raw reviews, one process): float32 takes 0.73× the CPU time of
-float64 (paired medians, 3 pairs). The torch path stays as the reference, in float64: `finetune(layout="cards")` is
-the same recipe stepped by torch.optim.AdamW (tests/test_lstm_compiled.py: equal to 1e−8), `--trainer upstream` the
-same recipe over upstream's per-target padded batches. Profiled per part (models/lstm_kernels.py's docstring: where
-a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass, sgemm ≈ 38% of the kernel's samples, the heads
-≈ 17%; fewer passes over the rows, the heads' logits as independent sums with one exp for the pow, and the
-elementwise layers run flat took ≈ 0.94× per pass (same bits, P(recall) within 2e−16); the row's projection ≈ 31–33
-CPU-hours (≈ 15.5–16.5 s per 100k raw reviews) against ≈ 34–36 for the kernels before, back to back.
-Re-projected on 2026-11-24 with this kernel: 26.5–32.1 CPU-hours in five runs (a six-user fit; its intercept,
-once 1.5 s per user, is that fit's noise: see below). Then the heads batched over each chunk's targets (their
-exp and log over flat arrays, within 1 ulp of libm) and the recurrent weight gradients as one product: 1.115× per
-pass (paired in one process); the row's projection, old and new alternated five times: 28.3/25.2/27.9/28.6/27.3 →
-25.4/26.6/22.2/25.5/24.5 CPU-hours (medians 27.9 → 25.4; paired ratios' median 1.12); the result lines of the
-embedded users and six sim36 users equal (Log Loss, RMSE(bins) to the printed digit, AUC within 4e−6, sizes).
-A feature-major layout of the LSTMs (cards contiguous: by hand, with BLAS at explicit leading dimensions, or in
-step blocks) was measured 1.01–1.3× slower per call and not kept (models/lstm_kernels.py's docstring says why).
-Then FMA (numba's fastmath "contract", per function) and products that add onto their outputs (gemm with beta
-= 1: no zeroing, no bias or gradient passes): 1.12–1.15× and 1.04× per pass (paired in one process); the row's
-projection, main's and this back to back three times: 28.40/25.59/28.25 → 27.48/23.31/23.47 CPU-hours (paired
-ratios 1.03, 1.10, 1.20); result lines equal (one AUC by 1e−6).
-Then (AMD Zen 4) the LSTMs' elementwise loops vectorised (σ and tanh flat over a step, the cells and dL/dc in two
-arrays by step parity, row widths read at run time), the LayerNorms' parameter gradients taken from the next
-layer's product, the inputs copied card by card: 1.15× per pass; the row's projection, main's and this back to back
-twice: 11.62 / 11.85 → 10.35 / 10.44 CPU-hours (≈ 5.2 s per 100k raw reviews); result lines identical.
-Then loops LLVM had left scalar because their arrays could not be told apart (the SiLU reverse in place, the heads'
-per-target loops) and per-chunk set-up moved to once per call: 1.03–1.05× per pass, bit-identical; the row's
-projection, main's code and this back to back twice (a slower day): 10.72 / 10.42 → 10.41 / 10.17 CPU-hours
-(≈ 5.0–5.15 s per 100k raw reviews).
+simulated users (bench/simulate.py set of 36, every third) the float32 run's LogLoss, RMSE(bins) and AUC equal the
+float64 run's to 4 decimals, sizes identical; the result files' 6-decimal metrics differ by at most 2e−6 (AUC, ICI),
+LogLoss and RMSE(bins) not at all. Whole runs (2 users, 28k raw reviews, one process): float32 takes 0.73× the CPU
+time of float64 (paired medians, 3 pairs). The torch path stays as the reference, in float64:
+`finetune(layout="cards")` is the same recipe stepped by torch.optim.AdamW (tests/test_lstm_compiled.py: equal to
+1e−8), `--trainer upstream` the same recipe over upstream's per-target padded batches. Profiled per part
+(models/lstm_kernels.py's docstring: where a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass,
+sgemm ≈ 38% of the kernel's samples, the heads ≈ 17%; fewer passes over the rows, the heads' logits as independent
+sums with one exp for the pow, and the elementwise layers run flat took ≈ 0.94× per pass (same bits, P(recall)
+within 2e−16); the row's projection ≈ 31–33 CPU-hours (≈ 15.5–16.5 s per 100k raw reviews) against ≈ 34–36 for the
+kernels before, back to back. Re-projected on 2026-11-24 with this kernel: 26.5–32.1 CPU-hours in five runs (a
+six-user fit; its intercept, once 1.5 s per user, is that fit's noise: see below). Then the heads batched over each
+chunk's targets (their exp and log over flat arrays, within 1 ulp of libm) and the recurrent weight gradients as one
+product: 1.115× per pass (paired in one process); the row's projection, old and new alternated five times:
+28.3/25.2/27.9/28.6/27.3 → 25.4/26.6/22.2/25.5/24.5 CPU-hours (medians 27.9 → 25.4; paired ratios' median 1.12); the
+result lines of the embedded users and six sim36 users equal (Log Loss, RMSE(bins) to the printed digit, AUC within
+4e−6, sizes). A feature-major layout of the LSTMs (cards contiguous: by hand, with BLAS at explicit leading
+dimensions, or in step blocks) was measured 1.01–1.3× slower per call and not kept (models/lstm_kernels.py's
+docstring says why). Then FMA (numba's fastmath "contract", per function) and products that add onto their outputs
+(gemm with beta = 1: no zeroing, no bias or gradient passes): 1.12–1.15× and 1.04× per pass (paired in one process);
+the row's projection, main's and this back to back three times: 28.40/25.59/28.25 → 27.48/23.31/23.47 CPU-hours
+(paired ratios 1.03, 1.10, 1.20); result lines equal (one AUC by 1e−6). Then (AMD Zen 4) the LSTMs' elementwise
+loops vectorised (σ and tanh flat over a step, the cells and dL/dc in two arrays by step parity, row widths read at
+run time), the LayerNorms' parameter gradients taken from the next layer's product, the inputs copied card by card:
+1.15× per pass; the row's projection, main's and this back to back twice: 11.62 / 11.85 → 10.35 / 10.44 CPU-hours (≈
+5.2 s per 100k raw reviews); result lines identical. Then loops LLVM had left scalar because their arrays could not
+be told apart (the SiLU reverse in place, the heads' per-target loops) and per-chunk set-up moved to once per call:
+1.03–1.05× per pass, bit-identical; the row's projection, main's code and this back to back twice (a slower day):
+10.72 / 10.42 → 10.41 / 10.17 CPU-hours (≈ 5.0–5.15 s per 100k raw reviews).
 
 What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
 2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,
