@@ -842,14 +842,15 @@ def neg_product(d, lb, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
-def mixture(w0, w1, w2, p0, p1, p2, pr):
-    """P(recall) = (1 − 1e−7)·Σ_c w_c·p_c."""
+def dot3(w0, w1, w2, p0, p1, p2, out):
+    """out = Σ_c w_c·p_c per target, summed in curve order: the mixture of the curves' P(recall) (heads_forward) and
+    the softmax reverse's Σ_c w_c·p_c (heads_backward)."""
     for t in range(len(w0)):
         p = 0.0
         p += w0[t] * p0[t]
         p += w1[t] * p1[t]
         p += w2[t] * p2[t]
-        pr[t] = p * (1.0 - 1e-7)
+        out[t] = p
 
 
 @njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
@@ -907,9 +908,10 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     for k in range(nc):
         neg_product(e_[2 * nc + k], l_[k], a3[k])
     exp_vec(flat(a3), flat(pc_))  # base^(−d) as e^(−d·ln base) (the log serves dp/dd too)
-    mixture(e_[0], e_[1], e_[2], pc_[0], pc_[1], pc_[2], pr)
+    dot3(e_[0], e_[1], e_[2], pc_[0], pc_[1], pc_[2], pr)
     for t in range(n_t):
-        p = pr[t]
+        p = pr[t] * (1.0 - 1e-7)  # P(recall)
+        pr[t] = p
         p_out[tj[t]] = p
         la_in[t] = p if t_y[tj[t]] > 0.5 else 1.0 - p  # the BCE's log: ln p or ln(1 − p) (for libm's log1p(−p))
     log_vec(la_in, la)
@@ -924,16 +926,13 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
-def logit_grads(gp, w_, s_, d_, pc_k, b_k, l_k, zs, zd, tt, e_, pc_, gw, gs_, gd_):
-    """dL/d(logits) of one curve k over the targets (heads_backward); each row its own argument."""
-    nc = N_CURVES
+def logit_grads(gp, dot, w_, s_, d_, pc_k, b_k, l_k, zs, zd, tt, gw, gs_, gd_):
+    """dL/d(logits) of one curve k over the targets (heads_backward; dot = Σ_c w_c·p_c); each row its own
+    argument."""
     for t in range(len(gp)):
         g = gp[t]
-        dot = 0.0
-        for kk in range(nc):
-            dot += e_[kk, t] * pc_[kk, t]
         w, s, d, pc = w_[t], s_[t], d_[t], pc_k[t]
-        gw[t] = g * w * (pc - dot)  # softmax's reverse
+        gw[t] = g * w * (pc - dot[t])  # softmax's reverse
         # dp_c/ds = −d·base^(−d−1)·(−t/(1e−7 + s)²); ds/dz = s inside the clamp
         gs = g * w * d * pc / b_k[t] * tt[t] / (1e-7 + s) ** 2
         gs_[t] = gs * s if -25.0 <= zs[t] <= 25.0 else 0.0
@@ -950,9 +949,11 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
     z_, e_, b_, l_, pc_, gp, tt = hw[0:9], hw[18:27], hw[27:30], hw[30:33], hw[33:36], hw[37], hw[40]
     gz = hw[9:18]  # the exp arguments are spent: dL/d(logits) [9, T]
     nc = N_CURVES
+    dot = hw[38]  # the BCE's log arguments are spent
+    dot3(e_[0], e_[1], e_[2], pc_[0], pc_[1], pc_[2], dot)  # once, for the three curves
     for k in range(nc):
-        logit_grads(gp, e_[k], e_[nc + k], e_[2 * nc + k], pc_[k], b_[k], l_[k], z_[nc + k], z_[2 * nc + k], tt,
-                    e_, pc_, gz[k], gz[nc + k], gz[2 * nc + k])
+        logit_grads(gp, dot, e_[k], e_[nc + k], e_[2 * nc + k], pc_[k], b_[k], l_[k], z_[nc + k], z_[2 * nc + k], tt,
+                    gz[k], gz[nc + k], gz[2 * nc + k])
     v64 = vg[:n_t * H].reshape((n_t, H))
     m = v.shape[1]  # H at run time: a constant 20 unrolls the row loops into scalar moves
     for t in range(n_t):
