@@ -494,6 +494,29 @@ def linear_ln_back(xh, gamma, w, gy, gw, gb, ggamma, gx):
     ln_weight_grads(g, gb, gamma, gamma, False, w, gw, ggamma, ggamma)  # gb: unused without β
 
 
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def gather_rows(x, rows, out):
+    """out[i] = x[rows[i]]. A function of its own, with each row's index loaded once: inline in chunk_loss, LLVM
+    reloaded rows[i] at every element (a store into out might have changed it) and copied element by element; here
+    it copies whole rows with vector moves. The row width is read at run time (a constant 20 unrolls the loop
+    into scalar moves)."""
+    m = x.shape[1]
+    for i in range(len(rows)):
+        r = rows[i]
+        for j in range(m):
+            out[i, j] = x[r, j]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def scatter_rows(x, rows, out):
+    """out[rows[i]] = x[i] (the reverse of gather_rows, for the same reason a function of its own)."""
+    m = x.shape[1]
+    for i in range(len(rows)):
+        r = rows[i]
+        for j in range(m):
+            out[r, j] = x[i, j]
+
+
 @njit(cache=True, inline="always")
 def flat(x):
     """A C-contiguous [N, M] array as a flat view of its N·M values."""
@@ -854,6 +877,25 @@ def dot3(w0, w1, w2, p0, p1, p2, out):
 
 
 @njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def recall_and_log_arg(pr, ty, la_in):
+    """P(recall) = (1 − 1e−7)·mixture, in place, and the BCE's log argument: p for a recall, 1 − p for a lapse
+    (for libm's log1p(−p)). This and bce_grad take the targets' labels and weights gathered into rows of their own:
+    read through the target index inside heads_forward, these loops stayed scalar (a divsd and a branch per target)."""
+    for t in range(len(pr)):
+        p = pr[t] * (1.0 - 1e-7)
+        pr[t] = p
+        la_in[t] = p if ty[t] > 0.5 else 1.0 - p
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
+def bce_grad(pr, ty, tw, gp):
+    """dL/d(mixture) per target: kernel_math.bce's gradient (its clamp) times dp/d(mixture) = 1 − 1e−7."""
+    for t in range(len(pr)):
+        p = pr[t]
+        gp[t] = tw[t] * (p - ty[t]) / max(p * (1.0 - p), BCE_GRAD_EPS) * (1.0 - 1e-7)
+
+
+@njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
     """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
     target tj[t] of the layout. P(recall) = (1 − 1e−7)·Σ_c w_c·(1 + Δt/(1e−7 + s_c))^(−d_c) into p_out[tj[t]];
@@ -869,7 +911,7 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     within ~1e−16 relative). Measured on a 450-target chunk: forward ≈ 90–120 ns per target, backward ≈ 75."""
     n_t = len(tr)
     z_, a_, e_, b_, l_, pc_ = hw[0:9], hw[9:18], hw[18:27], hw[27:30], hw[30:33], hw[33:36]
-    pr, la_in, la, tt = hw[36], hw[38], hw[39], hw[40]
+    pr, la_in, la, tt, ty, tw = hw[36], hw[38], hw[39], hw[40], hw[41], hw[42]
     nz = 3 * N_CURVES
     wh = np.empty((H, nz), v.dtype)  # the heads' weights as one [H, 9] matrix (columns: w, s, d of the 3 curves)
     bh = np.empty(nz)
@@ -897,8 +939,9 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     shift_max(z_[0], z_[1], z_[2], a_[0], a_[1], a_[2])
     for k in range(nc, 3 * nc):
         clamp25(z_[k], a_[k])
-    for t in range(n_t):
-        tt[t] = t_dt[tj[t]]
+    for t in range(n_t):  # the targets' elapsed days, labels and weights, gathered once into rows of their own
+        jt = tj[t]
+        tt[t], ty[t], tw[t] = t_dt[jt], t_y[jt], t_w[jt]
     exp_vec(flat(a_), flat(e_))  # rows: e^(z_w − max) (then w, below), s, d
     normalise3(e_[0], e_[1], e_[2])
     for k in range(nc):
@@ -909,19 +952,14 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
         neg_product(e_[2 * nc + k], l_[k], a3[k])
     exp_vec(flat(a3), flat(pc_))  # base^(−d) as e^(−d·ln base) (the log serves dp/dd too)
     dot3(e_[0], e_[1], e_[2], pc_[0], pc_[1], pc_[2], pr)
+    recall_and_log_arg(pr, ty, la_in)
     for t in range(n_t):
-        p = pr[t] * (1.0 - 1e-7)  # P(recall)
-        pr[t] = p
-        p_out[tj[t]] = p
-        la_in[t] = p if t_y[tj[t]] > 0.5 else 1.0 - p  # the BCE's log: ln p or ln(1 − p) (for libm's log1p(−p))
+        p_out[tj[t]] = pr[t]
     log_vec(la_in, la)
-    gp = hw[37]
+    bce_grad(pr, ty, tw, hw[37])
     loss = 0.0
-    for t in range(n_t):  # kernel_math.bce's clamps, with the logarithm computed above
-        jt = tj[t]
-        p, y, wt = pr[t], t_y[jt], t_w[jt]
-        loss += -wt * max(la[t], BCE_LOG_FLOOR) if la_in[t] > 0.0 else -wt * BCE_LOG_FLOOR
-        gp[t] = wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS) * (1.0 - 1e-7)
+    for t in range(n_t):  # kernel_math.bce's clamps, with the logarithm computed above; summed in t's order
+        loss += -tw[t] * max(la[t], BCE_LOG_FLOOR) if la_in[t] > 0.0 else -tw[t] * BCE_LOG_FLOOR
     return loss
 
 
@@ -991,7 +1029,7 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
 # ----------------------------------------------------------------------------------------------- one chunk of cards
 
 N_W20, N_W80, N_W1 = 46, 4, 6  # [N, H], [N, 4H] and [N] arrays of one chunk (chunk_loss names them)
-N_HEAD = 41  # float64 rows per target of the heads' work space (heads_forward names them)
+N_HEAD = 43  # float64 rows per target of the heads' work space (heads_forward names them)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -1130,6 +1168,7 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
             ri[r] = m
             rd[m] = r
             m += 1
+    rd = rd[:m]
     (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
@@ -1151,10 +1190,7 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
     layer_norm(v1, ln2, ln2_b, True, u2, xhu2, rsu2)
     lstm_forward(u2, wt_ih2, wt_hh2, bih2, bhh2, off, bs, h2, c2, c2b, tc2, g2, tmp80)
     add(v1, h2, v2)
-    hw_ = v2.shape[1]  # H read at run time: a constant 20 unrolls these row copies into scalar moves (5.5 → 2.7 ns)
-    for i in range(m):
-        for j in range(hw_):
-            v2r[i, j] = v2[rd[i], j]
+    gather_rows(v2, rd, v2r)
     layer_norm(v2r, mlp_ln1, mlp_ln1, False, m0, xhm0, rsm0)
     linear(m0, mlp_w1, mlp_b1, m1)
     silu(m1, m2, sgm1)
@@ -1201,9 +1237,7 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
     gf = flat(gv2)
     for e in range(n * H):  # dL/dv2: only through the LSTMs at the rows no target reads (flat: vectorised)
         gf[e] = 0.0
-    for i in range(m):
-        for j in range(hw_):
-            gv2[rd[i], j] = gb2[i, j]
+    scatter_rows(gb2, rd, gv2)
     lstm_layer_back(xhu2, rsu2, h2, c2, c2b, tc2, g2, ih2, hh2, ln2, ln2_b, True, off, bs, gv2, g_ih2, g_hh2, g_bih2,
                     g_bhh2, g_ln2, g_ln2_b, gih, gbih, gb1, dg, dh_rec, dc_even, dc_odd, hu)  # dL/dv1 into gv2
     lstm_layer_back(xhu1, rsu1, h1, c1, c1b, tc1, g1, ih1, hh1, ln1, ln1, False, off, bs, gv2, g_ih1, g_hh1, g_bih1,
