@@ -1156,11 +1156,19 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
     gv, gb1, gb2, dh_rec, dc_even = w20[36, :n], w20[37, :n], w20[38, :n], w20[39, :n], w20[40, :n]
     dc_odd, c1b, c2b = w20[43, :n], w20[44, :n], w20[45, :n]  # the cells of odd steps in c1b, c2b
     # the rows that some target reads (its history's last step); the layers after the LSTMs run on these only
-    ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
+    n_t = 0
     for q in range(len(cards)):
+        n_t += c_count[cards[rank[q]]]
+    tr, tj = np.empty(n_t, dtype=np.int64), np.empty(n_t, dtype=np.int64)
+    ri = np.full(n, -1, dtype=np.int64)  # row -> its place among the read rows (−1: read by no target)
+    i = 0
+    for q in range(len(cards)):  # the targets in the order their losses are summed (card rank, then target)
         c = cards[rank[q]]
         for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
-            ri[off[t_pos[jt] - 1] + q] = 0
+            r = off[t_pos[jt] - 1] + q  # the row of the state after the target's history (its last step)
+            ri[r] = 0
+            tr[i], tj[i] = r, jt
+            i += 1
     rd = np.empty(n, dtype=np.int64)  # read row -> row
     m = 0
     for r in range(n):
@@ -1169,6 +1177,8 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
             rd[m] = r
             m += 1
     rd = rd[:m]
+    for i in range(n_t):
+        tr[i] = ri[tr[i]]  # the target's read row
     (m0, xhm0, m1, m2, sgm1, m3, xhm3, m4, m5, sgm4, v3, f0, xhf0, f1, v, sgf1) = (
         m0[:m], xhm0[:m], m1[:m], m2[:m], sgm1[:m], m3[:m], xhm3[:m], m4[:m], m5[:m], sgm4[:m], v3[:m], f0[:m],
         xhf0[:m], f1[:m], v[:m], sgf1[:m])
@@ -1202,16 +1212,6 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
     linear(f0, out_w, out_b, f1)
     silu(f1, v, sgf1)
     # heads at every target: p = (1 − 1e−7)·Σ_c w_c·(1 + t/(1e−7 + s_c))^(−d_c), all of the chunk's targets at once
-    n_t = 0
-    for q in range(len(cards)):
-        n_t += c_count[cards[rank[q]]]
-    tr, tj = np.empty(n_t, dtype=np.int64), np.empty(n_t, dtype=np.int64)
-    i = 0
-    for q in range(len(cards)):  # the targets in the order their losses are summed (card rank, then target)
-        c = cards[rank[q]]
-        for jt in range(c_tfirst[c], c_tfirst[c] + c_count[c]):
-            tr[i], tj[i] = ri[off[t_pos[jt] - 1] + q], jt  # the state after the target's history (its read row)
-            i += 1
     hw = ws[4][:N_HEAD * n_t].reshape((N_HEAD, n_t))
     loss = heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, ws[6])
     (g_pre_w, g_pre_b, g_pre_ln, g_pre2_w, g_pre2_b, g_ln1, g_ih1, g_hh1, g_bih1, g_bhh1, g_ln2, g_ln2_b, g_ih2,
