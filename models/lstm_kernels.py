@@ -24,10 +24,11 @@ tests/test_lstm_compiled.py holds equal to torch autograd (other.py --precision 
 the weights (rounded from the optimizer's float64 copy at each call), the BLAS products (sgemm) and the per-element
 arithmetic are float32 (`like` gives every constant the arrays' dtype, since a float64 constant would widen the
 expression; `exp32` (models/vec_math.py) vectorises 8 wide), so twice the elements per vector instruction
-and half the memory traffic. What stays float64: the heads (per target: softmax, pow, log, three exp, the BCE), the
-loss sum, each chunk's gradient summed into the float64 gradient (so sums over many chunks keep their digits), and
-the optimizer (AdamW state, gradient norm and clipping, the master weights, in card_fit). Measured on a fixed real
-batch (a simulated user's 2,000 cards, 10k steps, loss and gradient, one thread, old and new alternated in one
+and half the memory traffic. What stays float64: the heads (per target: softmax, pow, log, three exp, the BCE, and
+dL/d(logits); only the reverse's two products over the targets run in the network's dtype), the loss sum, each
+chunk's gradient summed into the float64 gradient (so sums over many chunks keep their digits), and the optimizer
+(AdamW state, gradient norm and clipping, the master weights, in card_fit). Measured on a fixed real batch (a
+simulated user's 2,000 cards, 10k steps, loss and gradient, one thread, old and new alternated in one
 process, medians of 8): the float64 kernel before these changes ≈ 5 µs per step; the read rows alone 1.06–1.10×;
 float32 with float64 per-element arithmetic 1.25×; float32 throughout, with LayerNorm's row sums four rows at a
 time (independent addition chains, each row still summed in its own order, so float64 is unchanged bit for bit;
@@ -979,32 +980,23 @@ def logit_grads(gp, dot, w_, s_, d_, pc_k, b_k, l_k, zs, zd, tt, gw, gs_, gd_):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
-def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
-    """Reverse of heads_forward: dL/d(logits) per target as flat arrays, then the heads' weight gradients as one
-    product gzᵀ·v [9, T]·[T, H] and dL/dv = gz·W [T, 9]·[9, H] (float64 BLAS; vg [≥ T·H] holds v's rows as float64),
-    each added once per chunk (not per target) into the gradient and gv (zeroed here; gv: the read rows)."""
+def heads_backward(vt, tr, w_w, s_w, d_w, hw, gbuf, gv, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b):
+    """Reverse of heads_forward: dL/d(logits) per target as flat float64 arrays, then, in the network's dtype, the
+    heads' weight gradients as one product gz·v [9, T]·[T, H] (vt: heads_forward's feature-major read rows [H, T])
+    and dL/dv = gzᵀ·W [T, 9]·[9, H], each added once per chunk (not per target) into the gradient and gv (zeroed
+    here; gv: the read rows); gbuf [≥ T·(H + 9)] of that dtype is scratch. The products were float64 BLAS on a
+    float64 copy of the read rows; the gradients they feed are in the network's dtype either way."""
     n_t = len(tr)
     z_, e_, b_, l_, pc_, gp, tt = hw[0:9], hw[18:27], hw[27:30], hw[30:33], hw[33:36], hw[37], hw[40]
     gz = hw[9:18]  # the exp arguments are spent: dL/d(logits) [9, T]
     nc = N_CURVES
+    nz = 3 * nc
     dot = hw[38]  # the BCE's log arguments are spent
     dot3(e_[0], e_[1], e_[2], pc_[0], pc_[1], pc_[2], dot)  # once, for the three curves
     for k in range(nc):
         logit_grads(gp, dot, e_[k], e_[nc + k], e_[2 * nc + k], pc_[k], b_[k], l_[k], z_[nc + k], z_[2 * nc + k], tt,
                     gz[k], gz[nc + k], gz[2 * nc + k])
-    v64 = vg[:n_t * H].reshape((n_t, H))
-    m = v.shape[1]  # H at run time: a constant 20 unrolls the row loops into scalar moves
-    for t in range(n_t):
-        r = tr[t]
-        for i in range(m):
-            v64[t, i] = v[r, i]
-    gw = np.dot(gz, v64)  # [9, H]
-    wh = np.empty((3 * nc, H))
-    for k in range(nc):
-        for i in range(H):
-            wh[k, i], wh[nc + k, i], wh[2 * nc + k, i] = w_w[k, i], s_w[k, i], d_w[k, i]
-    gv64 = np.dot(gz.T, wh)  # [T, H]
-    for k in range(nc):
+    for k in range(nc):  # the biases' gradients: float64 sums over the targets
         sw = ss = sd = 0.0
         for t in range(n_t):
             sw += gz[k, t]
@@ -1013,6 +1005,18 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
         g_w_b[k] += sw
         g_s_b[k] += ss
         g_d_b[k] += sd
+    gzd = gbuf[:nz * n_t].reshape((nz, n_t))  # dL/d(logits) in the network's dtype
+    gzf, gf = flat(gzd), flat(gz)
+    for e in range(nz * n_t):
+        gzf[e] = gf[e]
+    gw = np.dot(gzd, vt.T)  # [9, H]
+    wh = np.empty((nz, H), vt.dtype)
+    for k in range(nc):
+        for i in range(H):
+            wh[k, i], wh[nc + k, i], wh[2 * nc + k, i] = w_w[k, i], s_w[k, i], d_w[k, i]
+    gvt = gbuf[nz * n_t:(nz + H) * n_t].reshape((n_t, H))
+    np.dot(gzd.T, wh, gvt)  # [T, H]
+    for k in range(nc):
         for i in range(H):
             g_w_w[k, i] += gw[k, i]
             g_s_w[k, i] += gw[nc + k, i]
@@ -1020,10 +1024,11 @@ def heads_backward(v, tr, w_w, s_w, d_w, hw, vg, gv, g_w_w, g_w_b, g_s_w, g_s_b,
     for r in range(gv.shape[0]):
         for i in range(H):
             gv[r, i] = 0.0
+    m = gv.shape[1]  # H at run time: a constant 20 unrolls the row loop into scalar moves
     for t in range(n_t):
         r = tr[t]
         for i in range(m):
-            gv[r, i] += gv64[t, i]
+            gv[r, i] += gvt[t, i]
 
 
 # ----------------------------------------------------------------------------------------------- one chunk of cards
@@ -1036,9 +1041,10 @@ N_HEAD = 43  # float64 rows per target of the heads' work space (heads_forward n
 def workspace(n, dt, n_t=1):
     """Work arrays of dtype dt for chunks of up to n rows and n_t targets: ([N_W20, n, H], [N_W80, n, 4H],
     [N_W1, n], [n, N_IN], the heads' float64 [N_HEAD·n_t] (reshaped per chunk, so that its rows are contiguous
-    for flat loops), float64 [n_t·H] (heads_backward's [T, H]) and [n_t·H] of dt (heads_forward's [H, T]))."""
+    for flat loops), [n_t·(H + 9)] of dt (heads_backward's scratch) and [n_t·H] of dt (heads_forward's [H, T]))."""
     return (np.empty((N_W20, n, H), dt), np.empty((N_W80, n, G4), dt), np.empty((N_W1, n), dt),
-            np.empty((n, N_IN), dt), np.empty(N_HEAD * n_t), np.empty(n_t * H), np.empty(n_t * H, dt))
+            np.empty((n, N_IN), dt), np.empty(N_HEAD * n_t), np.empty(n_t * (H + 3 * N_CURVES), dt),
+            np.empty(n_t * H, dt))
 
 
 def chunk_grad(grad, th):
@@ -1219,7 +1225,8 @@ def chunk_loss(model, layout, cards, par, wts, want, grs, p_out, ws):
      g_out_b, g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b) = grs
     if not want:
         return loss
-    heads_backward(v, tr, w_w, s_w, d_w, hw, ws[5], gv[:m], g_w_w, g_w_b, g_s_w, g_s_b, g_d_w, g_d_b)
+    heads_backward(ws[6][:H * n_t].reshape((H, n_t)), tr, w_w, s_w, d_w, hw, ws[5], gv[:m], g_w_w, g_w_b, g_s_w,
+                   g_s_b, g_d_w, g_d_b)
     gih, gbih = np.empty((G4, H), pre_w.dtype), np.empty(G4, pre_w.dtype)  # an LSTM's dL/dw_ih, dL/db_ih over x̂
     # reverse pass, layer by layer; the residual stream's gradient is carried in gb2 (read rows: gb2[:m], gv2 at
     # every row from dL/dv2 on)
