@@ -63,7 +63,10 @@ run time), the LayerNorms' parameter gradients taken from the next layer's produ
 5.2 s per 100k raw reviews); result lines identical. Then loops LLVM had left scalar because their arrays could not
 be told apart (the SiLU reverse in place, the heads' per-target loops) and per-chunk set-up moved to once per call:
 1.03–1.05× per pass, bit-identical; the row's projection, main's code and this back to back twice (a slower day):
-10.72 / 10.42 → 10.41 / 10.17 CPU-hours (≈ 5.0–5.15 s per 100k raw reviews).
+10.72 / 10.42 → 10.41 / 10.17 CPU-hours (≈ 5.0–5.15 s per 100k raw reviews). Then whole-row copies, the heads'
+last loops over gathered rows and their reverse products in float32: 1.027× per pass (loss and P(recall)
+bit-identical); the row's projection, the code before and this back to back twice: 10.90 / 10.51 → 10.32 / 9.99
+CPU-hours (≈ 4.9–5.1 s per 100k raw reviews, on a day when the code before measured 2–4% slower than at its stop).
 
 What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
 2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,

@@ -216,6 +216,25 @@ of it: reference counts of array views 12%, rounding the weights to float32 and 
 (once per call) ≈ 13%, the weight-gradient products' [80, 40] and [20, 20] outputs ≈ 8%, ln_weight_grads ≈ 6%,
 flush_grad ≈ 5%.
 
+Row copies and the heads' last loops (2026-11-25; AMD Zen 4, float32). perf of a pass on the 45k-review simulated
+user: chunk_loss's own code 5%, a third of it row copies in which LLVM reloaded the row index at every element (a
+store into the destination might have changed it), now `gather_rows` / `scatter_rows`, which copy whole rows; the
+heads' last loops read each target's label and weight through its index (a divsd and a branch per target), now
+gathered once into rows of the heads' work space so that `recall_and_log_arg` and `bce_grad` vectorise;
+heads_backward's two products in the network's dtype on heads_forward's feature-major read rows (were float64 on a
+float64 copy); each target's row found once in chunk_loss. Paired (bench/bench_lstm.py): 1.026× per pass on the
+45k-review user (25 pairs), the heads' products another 1.007×; against the kernel before them 1.027× on sim36 users
+19, 10, 27, 5 (9 pairs); loss and P(recall) bit-identical, the gradient within 1.5e−7 of its largest entry (the
+heads' products). The row's projection, the kernel before and this back to back twice: 53.82 → 50.36 and 52.00 →
+49.40 ms per 1k raw reviews (10.90 → 10.32 and 10.51 → 9.99 CPU-hours; ≈ 4.9–5.1 s per 100k on a day when the
+kernel before measured 2–4% slower than at its own stop). Measured and not kept: LayerNorm's row sums eight rows at
+a time (alone 13.8 → 12.0 ns per row on [512, 20]; in a pass 0.99×, 9 pairs); the LayerNorm before each LSTM
+writing x̂ straight into lstm_backward's [h_prev | u] rows instead of the copy there (strided rows: 0.96×); chunks
+of 320 steps (0.98×); the linears' forward in dot_acc's form (the linears' dot_wt_acc is the one product that
+OpenBLAS sends to its packed path, ≈ 4% of a pass, but alone both forms take 12.3 ns per row). The per-chunk set-up
+(sorting, the lockstep plan, the row maps) is ≈ 1.4% of a pass (done twice: 0.986×), so keeping it across the 20
+passes (the same card groups each pass) is not worth a wider card_loss protocol.
+
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
 fine-tune batch: 39,829 packed rows in 77 chunks, float32, one thread; old and new alternated, minimum of 7–12;
