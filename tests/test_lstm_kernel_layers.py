@@ -155,3 +155,27 @@ def test_stable_argsort_small_is_numpys_stable_argsort():
     for keys in cases:
         np.testing.assert_array_equal(stable_argsort_small(keys, False), np.argsort(keys, kind="stable"))
         np.testing.assert_array_equal(stable_argsort_small(keys, True), np.argsort(-keys, kind="stable"))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_row_gather_and_scatter_on_workspace_views(dtype):
+    """gather_rows / scatter_rows (v2 at the read rows, dL/dv2 back to them) against numpy's fancy indexing, on
+    work-space views as chunk_loss passes them (rows in increasing order, a prefix of a longer index array cut to
+    length); the rows not named and the other slots stay untouched."""
+    rng = np.random.default_rng(11)
+    w20 = K.workspace(60, dtype)[0]
+    n = 41
+    src = w20[0, :n]
+    src[:] = rng.normal(0, 1, (n, K.H))
+    rows = np.sort(rng.choice(n, 17, replace=False)).astype(np.int64)
+    w20[1:3] = -5.0
+    out = w20[1, :len(rows)]
+    K.gather_rows(src, rows, out)
+    np.testing.assert_array_equal(out, src[rows])
+    assert (w20[1, len(rows):] == -5.0).all() and (w20[2] == -5.0).all()
+    back = w20[2, :n]
+    K.scatter_rows(out, rows, back)
+    expect = np.full((n, K.H), -5.0, dtype)
+    expect[rows] = src[rows]
+    np.testing.assert_array_equal(back, expect)
+    assert (w20[2, n:] == -5.0).all() and (w20[0, :n] == src).all()
