@@ -915,6 +915,18 @@ def bce_grad(pr, ty, tw, gp):
         gp[t] = tw[t] * (p - ty[t]) / max(p * (1.0 - p), BCE_GRAD_EPS) * (1.0 - 1e-7)
 
 
+@njit(cache=True, error_model="numpy")
+def head_weights(w_w, s_w, d_w):
+    """The heads' weights as one [9, H] matrix in their dtype: rows w, s, d of the 3 curves (the logits' order in
+    heads_forward and the products of heads_backward)."""
+    nc = N_CURVES
+    wh = np.empty((3 * nc, H), w_w.dtype)
+    for k in range(nc):
+        for i in range(H):
+            wh[k, i], wh[nc + k, i], wh[2 * nc + k, i] = w_w[k, i], s_w[k, i], d_w[k, i]
+    return wh
+
+
 @njit(cache=True, error_model="numpy", fastmath=EXACT_EXP)
 def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out, hw, vtb):
     """The heads of a chunk's targets, all at once: target t reads row tr[t] of v (its history's last state) and is
@@ -933,12 +945,10 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
     z_, a_, e_, b_, l_, pc_ = hw[0:9], hw[9:18], hw[18:27], hw[27:30], hw[30:33], hw[33:36]
     pr, la_in, la, tt, ty, tw = hw[36], hw[38], hw[39], hw[40], hw[41], hw[42]
     nz = 3 * N_CURVES
-    wh = np.empty((H, nz), v.dtype)  # the heads' weights as one [H, 9] matrix (columns: w, s, d of the 3 curves)
+    wh = head_weights(w_w, s_w, d_w)
     bh = np.empty(nz)
     for k in range(N_CURVES):
         bh[k], bh[N_CURVES + k], bh[2 * N_CURVES + k] = w_b[k], s_b[k], d_b[k]
-        for i in range(H):
-            wh[i, k], wh[i, N_CURVES + k], wh[i, 2 * N_CURVES + k] = w_w[k, i], s_w[k, i], d_w[k, i]
     vt = vtb[:H * n_t].reshape((H, n_t))  # the read rows feature-major, so the logits' loops run over targets
     for t in range(n_t):
         r = tr[t]
@@ -949,7 +959,7 @@ def heads_forward(v, tr, tj, t_dt, t_y, t_w, w_w, w_b, s_w, s_b, d_w, d_b, p_out
         for t in range(n_t):
             zk[t] = b
         for i in range(H):
-            w, vi = wh[i, k], vt[i]
+            w, vi = wh[k, i], vt[i]
             for t in range(n_t):
                 zk[t] += w * vi[t]
     nc = N_CURVES
@@ -1029,10 +1039,7 @@ def heads_backward(vt, tr, w_w, s_w, d_w, hw, gbuf, gv, g_w_w, g_w_b, g_s_w, g_s
     for e in range(nz * n_t):
         gzf[e] = gf[e]
     gw = np.dot(gzd, vt.T)  # [9, H]
-    wh = np.empty((nz, H), vt.dtype)
-    for k in range(nc):
-        for i in range(H):
-            wh[k, i], wh[nc + k, i], wh[2 * nc + k, i] = w_w[k, i], s_w[k, i], d_w[k, i]
+    wh = head_weights(w_w, s_w, d_w)
     gvt = gbuf[nz * n_t:(nz + H) * n_t].reshape((n_t, H))
     np.dot(gzd.T, wh, gvt)  # [T, H]
     for k in range(nc):
