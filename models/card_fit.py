@@ -8,7 +8,9 @@ gradient to grad (flat, like theta). `model` is the network's own tuple of const
 card_net.CardSet.layout(): (feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w) — card c's
 step inputs are rows c_start[c] .. c_start[c] + c_steps[c] − 1 of feats, its targets the entries c_tfirst[c] ..
 c_tfirst[c] + c_count[c] − 1 of the t_* arrays (history length, elapsed time, last history rating, label, weight).
-feats may have any number of columns (the LSTM's: fractional interval, duration, rating).
+feats may have any number of columns (the LSTM's: fractional interval, duration, rating); the network's
+kernel_layout may append entries of its own (the LSTM's memo of its card groups' chunk plans, when every epoch
+visits the cards in one order).
 
 The optimizer recipe is a tuple (`recipe()`): GRU, GRU-P and NN-17 use Adam/AdamW at a cosine learning rate; the
 LSTM (models/lstm.py) adds what its Reptile-style fine-tune needs: AdamW with its own betas and a state carried in

@@ -81,9 +81,10 @@ class CompiledNet:
         raise NotImplementedError
 
     # --- compiled calls ---------------------------------------------------------------------------------------
-    def kernel_layout(self, cards: "CardSet") -> tuple:
+    def kernel_layout(self, cards: "CardSet", repeat: bool = False) -> tuple:
         """The layout fit_compiled hands the kernel: cards.layout(), unless the network prepares its inputs once per
-        fit (the LSTM: models/lstm.py)."""
+        fit (the LSTM: models/lstm.py); `repeat`: every epoch visits the cards in the same order, so the same groups
+        come back (the LSTM then keeps each group's set-up)."""
         return cards.layout()
 
     def _call(self, layout, cards, theta, grad, p_out) -> float:
@@ -109,8 +110,10 @@ class CompiledNet:
         lower, upper = self.param_bounds()
         m, v, step = (np.zeros(len(theta)), np.zeros(len(theta)), 0) if state is None else state
         m, v = np.array(m, dtype=np.float64), np.array(v, dtype=np.float64)
-        steps = loop_for(type(self).card_loss)(self.model_consts(), self.kernel_layout(cards),
-                                               np.ascontiguousarray(orders, dtype=np.int64), int(batch_size), theta,
+        orders = np.ascontiguousarray(orders, dtype=np.int64)
+        repeat = len(orders) > 1 and bool((orders == orders[:1]).all())
+        steps = loop_for(type(self).card_loss)(self.model_consts(), self.kernel_layout(cards, repeat),
+                                               orders, int(batch_size), theta,
                                                lower, upper, recipe, m, v, int(step))
         self.set_theta(theta)
         return m, v, int(step) + int(steps)

@@ -107,7 +107,7 @@ import pandas as pd
 from models.base import InadequateData, ReviewData
 from models.card_fit import recipe
 from models.card_net import CardSet, CompiledNet, FlatNet, LazyClass, NeuralModel, pretrain_path
-from models.lstm_kernels import SHAPES, encode_rows, lstm_cards_loss
+from models.lstm_kernels import SHAPES, encode_rows, lstm_cards_loss, plan_memo
 
 N_HIDDEN = 20
 N_CURVES = 3
@@ -241,16 +241,18 @@ class LSTMSpec(CompiledNet):
     def step_features(self, data):
         return lstm_features(data)
 
-    def kernel_layout(self, cards: CardSet) -> tuple:
+    def kernel_layout(self, cards: CardSet, repeat: bool = False) -> tuple:
         """cards.layout() with the network's 6 inputs of every sequence position in place of the raw features,
         encoded once (lstm_kernels.encode_rows; kept on `cards` for these constants) rather than in each of the
-        fine-tune's 20 passes; the kernel then copies them (same values, same rounding)."""
+        fine-tune's 20 passes; the kernel then copies them (same values, same rounding). With `repeat` (the
+        fine-tune: one card order for all passes) a memo of each group's chunk plans follows (lstm_kernels.plan_memo):
+        made in the first pass, reused in the other 19."""
         layout, model = cards.layout(), self.model_consts()
         cached = cards.__dict__.get("_lstm_inputs")
         key = (*model[:4], np.dtype(type(model[4])).name)  # the inputs are stored in the kernels' dtype
         if cached is None or cached[0] != key:
             cached = cards._lstm_inputs = (key, encode_rows(layout[0], model))
-        return (cached[1], *layout[1:])
+        return (cached[1], *layout[1:]) + ((plan_memo(self.precision),) if repeat else ())
 
 
 class LSTMFlat(LSTMSpec, FlatNet):

@@ -94,3 +94,67 @@ def test_inputs_encoded_once_change_nothing(user8_lstm, precision):
     assert l_raw == l_enc
     np.testing.assert_array_equal(p_raw, p_enc)
     np.testing.assert_array_equal(g_raw, g_enc)
+
+
+def test_plan_memo_reused_across_passes(user8_lstm):
+    """The fine-tune's layout carries a memo of each card group's chunk plans (lstm_kernels.plan_memo, made when
+    the card order repeats): filled on a group's first training call, reused by the next passes with the same loss,
+    P(recall) and gradient bit for bit as without it; prediction calls (no gradient) leave it alone. Each plan
+    packs exactly its cards' steps and targets."""
+    data = user8_lstm
+    net = flat_net("float32")
+    cards = CardSet(net, data, data.rows["seq_pos"].to_numpy() <= 64)
+    order = np.random.RandomState(3).permutation(cards.n_cards)
+    groups = np.array_split(order, 3)
+    plain, memo_layout = net.kernel_layout(cards), net.kernel_layout(cards, repeat=True)
+    assert len(plain) == 10 and len(memo_layout) == 11 and len(memo_layout[10][0]) == 0
+    model, theta = net.model_consts(), net.theta()
+
+    def one_pass(layout):
+        p, g, loss = np.full(len(cards.t_dt), np.nan), np.zeros(lstm_kernels.N_PARAMS), 0.0
+        for grp in groups:
+            loss += lstm_kernels.lstm_cards_loss(model, layout, grp, theta, True, g, p)
+        return loss, p, g
+
+    ref = one_pass(plain)
+    for _ in range(2):  # the first pass fills the memo, the second reads it
+        got = one_pass(memo_layout)
+        assert got[0] == ref[0]
+        np.testing.assert_array_equal(got[1], ref[1])
+        np.testing.assert_array_equal(got[2], ref[2])
+    keys, plans = memo_layout[10]
+    assert len(keys) == 3 and all(np.array_equal(k, grp) for k, grp in zip(keys, groups))
+    c_steps, c_tfirst, c_count = cards.layout()[2], cards.layout()[3], cards.layout()[4]
+    for grp, grp_plans in zip(groups, plans):
+        rows = sum(int(pl[1][len(pl[0])]) for pl in grp_plans)
+        assert rows == c_steps[grp].sum() == sum(len(pl[2]) for pl in grp_plans)
+        tj = np.sort(np.concatenate([pl[4] for pl in grp_plans]))
+        np.testing.assert_array_equal(tj, np.sort(np.concatenate([np.arange(c_tfirst[c], c_tfirst[c] + c_count[c])
+                                                                  for c in grp])))
+        for bs, off, x0, tr, _, rd in grp_plans:
+            assert (np.diff(rd) > 0).all() and tr.min() >= 0 and tr.max() < len(rd)
+            np.testing.assert_array_equal(np.diff(off), bs)
+    p = np.empty(len(cards.t_dt))
+    lstm_kernels.lstm_cards_loss(model, memo_layout, order[:7], theta, False, np.zeros(0), p)
+    assert len(keys) == 3  # a prediction call is not remembered
+
+
+def test_fit_compiled_asks_for_the_memo_when_the_order_repeats(user8_lstm, monkeypatch):
+    """CompiledNet.fit_compiled tells kernel_layout whether every epoch visits the cards in one order (the LSTM's
+    fine-tune: np.tile of one permutation), which is when the memo pays."""
+    data = user8_lstm
+    net = flat_net("float32")
+    cards = CardSet(net, data, data.rows["seq_pos"].to_numpy() <= 64)
+    seen = []
+    real = type(net).kernel_layout
+
+    def spy(self, c, repeat=False):
+        seen.append(repeat)
+        return real(self, c, repeat)
+
+    monkeypatch.setattr(type(net), "kernel_layout", spy)
+    order = np.random.RandomState(4).permutation(cards.n_cards)
+    recipe = lstm.finetune_recipe()
+    net.fit_compiled(cards, np.tile(order, (2, 1)), 10_000, recipe)
+    net.fit_compiled(cards, np.stack([order, order[::-1]]), 10_000, recipe)
+    assert seen == [True, False]
