@@ -67,6 +67,10 @@ be told apart (the SiLU reverse in place, the heads' per-target loops) and per-c
 last loops over gathered rows and their reverse products in float32: 1.027× per pass (loss and P(recall)
 bit-identical); the row's projection, the code before and this back to back twice: 10.90 / 10.51 → 10.32 / 9.99
 CPU-hours (≈ 4.9–5.1 s per 100k raw reviews, on a day when the code before measured 2–4% slower than at its stop).
+Then each card group's chunk plans (packing, read rows, inputs in packed order) made once per fine-tune instead of
+in each of the 20 passes (`kernel_layout`'s memo when the card order repeats): 1.026× per pass, bit-identical; the
+row's projection paired twice 52.13 → 48.39 and 57.62 → 55.86 ms per 1k raw reviews on a machine that slowed down
+between the pairs (the code before: 49.86 and 49.69 an hour earlier).
 
 What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
 2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,

@@ -242,7 +242,10 @@ then appends an empty memo to the layout (`plan_memo`), and `call_plans` fills i
 and reads it afterwards (predictions, one call per group, neither read nor fill it). The other networks' card_loss
 protocol is unchanged: only the LSTM's layout has the 11th entry. Paired (bench/bench_lstm.py, which now hands the
 new kernel the fine-tune's layout with its memo): 1.026× per pass on the 45k-review user (15 pairs, 14 of them ≥
-1.0), bit-identical. Measured and not kept the same day: the per-step row views of the recurrence replaced by BLAS
+1.0), bit-identical; result lines of the embedded users and sim36 users 5, 10, 19, 27 identical. The row's
+projection, the kernel before and this back to back twice on a machine that slowed down between the pairs: 52.13 →
+48.39 and 57.62 → 55.86 ms per 1k raw reviews (paired 1.077 and 1.032; the kernel before had measured 49.86 and
+49.69 an hour earlier). Measured and not kept the same day: the per-step row views of the recurrence replaced by BLAS
 calls at element offsets (numba's reference counts of views, NRT_incref/decref ≈ 1.2% of a pass: 1.00×, 11
 pairs); the gate-gradient loop over a row width read at run time (16 wide instead of 4: 0.98×); exp32 with 2^n
 made by the 1.5·2^23 shift (two instructions fewer; same bits, 1.00×) and with a degree-6 minimax polynomial (σ
