@@ -297,7 +297,7 @@ from numba.extending import overload
 from numba.typed import List
 from numba.np.linalg import _BLAS  # numba's own BLAS binding (what its np.dot calls): internal API, numba pinned
 
-from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan, stable_argsort_small
+from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, card_batch_bounds, lockstep_plan, stable_argsort_small
 from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
 
 H = 20
@@ -1168,8 +1168,7 @@ def chunk_plan(model, layout, cards):
     x0 [rows, N_IN] its inputs in that layout, and its targets: tr (the read row each one reads, in the order
     their losses are summed: card rank, then target), tj (its index in the layout's t_* arrays) and rd (read row
     -> row)."""
-    feats, c_start, c_steps, c_tfirst, c_count, t_pos = layout[0], layout[1], layout[2], layout[3], layout[4], \
-        layout[5]
+    feats, c_start, c_steps, c_tfirst, c_count, t_pos = layout[:6]
     steps = np.empty(len(cards), dtype=np.int64)
     for q in range(len(cards)):
         steps[q] = c_steps[cards[q]]
@@ -1309,13 +1308,10 @@ def make_plans(model, layout, cards):
     ≈ CHUNK_STEPS steps, whose per-row arrays stay in cache."""
     c_steps = layout[2]
     cards = cards[stable_argsort_small(c_steps[cards], False)]
+    bounds = card_batch_bounds(c_steps[cards], CHUNK_STEPS)
     plans = List()
-    start = acc = 0
-    for k in range(len(cards)):
-        acc += c_steps[cards[k]]
-        if acc >= CHUNK_STEPS or k == len(cards) - 1:
-            plans.append(chunk_plan(model, layout, cards[start:k + 1]))
-            start, acc = k + 1, 0
+    for b in range(len(bounds) - 1):
+        plans.append(chunk_plan(model, layout, cards[bounds[b]:bounds[b + 1]]))
     return plans
 
 
@@ -1342,7 +1338,7 @@ def _call_plans(model, layout, cards, want):
     def memoised(model, layout, cards, want):
         keys, plans = layout[10]
         for g in range(len(keys)):
-            if len(keys[g]) == len(cards) and np.array_equal(keys[g], cards):
+            if np.array_equal(keys[g], cards):
                 return plans[g]
         made = make_plans(model, layout, cards)
         if want:
