@@ -70,7 +70,10 @@ CPU-hours (≈ 4.9–5.1 s per 100k raw reviews, on a day when the code before m
 Then each card group's chunk plans (packing, read rows, inputs in packed order) made once per fine-tune instead of
 in each of the 20 passes (`kernel_layout`'s memo when the card order repeats): 1.026× per pass, bit-identical; the
 row's projection paired twice 52.13 → 48.39 and 57.62 → 55.86 ms per 1k raw reviews on a machine that slowed down
-between the pairs (the code before: 49.86 and 49.69 an hour earlier).
+between the pairs (the code before: 49.86 and 49.69 an hour earlier); the next morning, on a quiet machine, three
+more pairs: 52.08 → 47.23, 48.93 → 47.76, 49.68 → 49.18 ms per 1k (10.53 / 9.92 / 10.04 → 9.60 / 9.69 / 9.94
+CPU-hours; ≈ 4.7–4.9 s per 100k raw reviews on this AMD Zen 4 core, the older AVX2 core ran the same code ≈ 1.9×
+slower).
 
 What a user costs (cProfile and section timers of runner.evaluate_user after a warm-up user, simulated users of
 2k–45k raw reviews, one core): the fine-tune kernel (card_fit's loop) is 93–96% of it and the prediction kernel ~2%,

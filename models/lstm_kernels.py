@@ -233,23 +233,24 @@ writing x̂ straight into lstm_backward's [h_prev | u] rows instead of the copy 
 of 320 steps (0.98×); the linears' forward in dot_acc's form (the linears' dot_wt_acc is the one product that
 OpenBLAS sends to its packed path, ≈ 4% of a pass, but alone both forms take 12.3 ns per row).
 
-The chunk plans kept across passes (2026-11-25). The fine-tune visits one card order in all 20 passes, so its
-groups come back unchanged, and with them everything a chunk needs besides the weights: the cards sorted by
-length and cut into chunks, each chunk's lockstep plan, its inputs copied into the packed order, and its read rows
-and target maps (`chunk_plan`; alone ≈ 0.9 ms of a 47 ms pass on the 45k-review user, plus the cache misses of
-its scattered reads in place). card_net.fit_compiled says when the order repeats, models/lstm.py's kernel_layout
-then appends an empty memo to the layout (`plan_memo`), and `call_plans` fills it on a group's first training call
-and reads it afterwards (predictions, one call per group, neither read nor fill it). The other networks' card_loss
-protocol is unchanged: only the LSTM's layout has the 11th entry. Paired (bench/bench_lstm.py, which now hands the
-new kernel the fine-tune's layout with its memo): 1.026× per pass on the 45k-review user (15 pairs, 14 of them ≥
-1.0), bit-identical; result lines of the embedded users and sim36 users 5, 10, 19, 27 identical. The row's
-projection, the kernel before and this back to back twice on a machine that slowed down between the pairs: 52.13 →
-48.39 and 57.62 → 55.86 ms per 1k raw reviews (paired 1.077 and 1.032; the kernel before had measured 49.86 and
-49.69 an hour earlier). Measured and not kept the same day: the per-step row views of the recurrence replaced by BLAS
-calls at element offsets (numba's reference counts of views, NRT_incref/decref ≈ 1.2% of a pass: 1.00×, 11
-pairs); the gate-gradient loop over a row width read at run time (16 wide instead of 4: 0.98×); exp32 with 2^n
-made by the 1.5·2^23 shift (two instructions fewer; same bits, 1.00×) and with a degree-6 minimax polynomial (σ
-alone 0.32 → 0.29 ns per value, in a pass within the noise).
+The chunk plans kept across passes (2026-11-25). The fine-tune visits one card order in all 20 passes, so its groups
+come back unchanged, and with them everything a chunk needs besides the weights: the cards sorted by length and cut
+into chunks, each chunk's lockstep plan, its inputs copied into the packed order, and its read rows and target maps
+(`chunk_plan`; alone ≈ 0.9 ms of a 47 ms pass on the 45k-review user, plus the cache misses of its scattered reads in
+place). card_net.fit_compiled says when the order repeats, models/lstm.py's kernel_layout then appends an empty memo
+to the layout (`plan_memo`), and `call_plans` fills it on a group's first training call and reads it afterwards
+(predictions, one call per group, neither read nor fill it). The other networks' card_loss protocol is unchanged:
+only the LSTM's layout has the 11th entry. Paired (bench/bench_lstm.py, which now hands the new kernel the
+fine-tune's layout with its memo): 1.026× per pass on the 45k-review user (15 pairs, 14 of them ≥ 1.0),
+bit-identical; result lines of the embedded users and sim36 users 5, 10, 19, 27 identical. The row's projection, the
+kernel before and this back to back twice on a machine that slowed down between the pairs: 52.13 → 48.39 and 57.62 →
+55.86 ms per 1k raw reviews (paired 1.077 and 1.032; the kernel before had measured 49.86 and 49.69 an hour earlier);
+the next morning, quiet, three more pairs: 52.08 → 47.23, 48.93 → 47.76, 49.68 → 49.18 ms per 1k (≈ 4.7–4.9 s per
+100k raw reviews). Measured and not kept the same day: the per-step row views of the recurrence replaced by BLAS
+calls at element offsets (numba's reference counts of views, NRT_incref/decref ≈ 1.2% of a pass: 1.00×, 11 pairs);
+the gate-gradient loop over a row width read at run time (16 wide instead of 4: 0.98×); exp32 with 2^n made by the
+1.5·2^23 shift (two instructions fewer; same bits, 1.00×) and with a degree-6 minimax polynomial (σ alone 0.32 → 0.29
+ns per value, in a pass within the noise).
 
 A feature-major layout (every quantity of the LSTMs as [features, cards], so that the loops run contiguously over
 a step's cards, 8 float32 lanes) was tried in three forms and not kept (measured on the 45k-review simulated user's
