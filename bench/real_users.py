@@ -8,7 +8,8 @@ Why: a whole run's time on real collections is what users wait for, and the proj
 raw reviews) linked in turn as 36 users make a folder of that shape (276,462 raw reviews) on which start-up, per-user
 overhead and fitting meet real review histories, where bench/simulate.py's users keep a different share of their
 reviews after filtering. bench/bench_side_by_side.py then times our row against upstream's on it. Every table the
-source users have (revlogs, cards, decks) is linked, never copied, so the folder costs no disk.
+source users have (revlogs, cards, decks) is linked as a whole partition folder, never copied, so the folder costs
+no disk.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import data_loader  # noqa: E402
+
 TABLES = ("revlogs", "cards", "decks")
 
 
@@ -28,16 +33,15 @@ def link_users(data: Path, sources: list[int], users: int, out: Path) -> list[in
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty; give a new folder")
     for user in sources:
-        if not (data / "revlogs" / f"user_id={user}" / "data.parquet").is_file():
-            raise FileNotFoundError(f"{data}: no revlogs/user_id={user}/data.parquet")
+        if not data_loader.partition_exists(data, "revlogs", user):
+            raise FileNotFoundError(f"{data}: no revlogs/user_id={user}")
     chosen = [sources[i % len(sources)] for i in range(users)]
     for new, source in enumerate(chosen, start=1):
         for table in TABLES:
-            target = (data / table / f"user_id={source}" / "data.parquet").resolve()
-            if target.is_file():
-                folder = out / table / f"user_id={new}"
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "data.parquet").symlink_to(target)
+            if data_loader.partition_exists(data, table, source):  # the whole partition, whatever its files
+                (out / table).mkdir(parents=True, exist_ok=True)
+                (out / table / f"user_id={new}").symlink_to((data / table / f"user_id={source}").resolve(),
+                                                             target_is_directory=True)
     return chosen
 
 

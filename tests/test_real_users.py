@@ -20,9 +20,9 @@ def test_users_linked_in_turn_with_all_their_tables(tmp_path):
     assert data_loader.list_user_ids(str(out)) == [1, 2, 3, 4, 5]
     for new, source in zip(range(1, 6), [1, 2, 1, 2, 1]):
         for table in ("revlogs", "cards", "decks"):
-            link = out / table / f"user_id={new}" / "data.parquet"
+            link = out / table / f"user_id={new}"
             assert link.is_symlink()
-            assert link.resolve() == (EMBEDDED / table / f"user_id={source}" / "data.parquet").resolve()
+            assert link.resolve() == (EMBEDDED / table / f"user_id={source}").resolve()
         assert pq.ParquetFile(out / "revlogs" / f"user_id={new}" / "data.parquet").metadata.num_rows \
             == RAW_REVIEWS[source]
     assert sum(data_loader.review_counts(str(out), [1, 2, 3, 4, 5]).values()) == 3 * 9248 + 2 * 6111
