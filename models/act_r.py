@@ -71,6 +71,7 @@ import numpy as np
 from numba import njit
 
 from models.dash import round4, with_max_seq_len
+from models.jit import inlined
 from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
 from models.vec_math import exp_table
@@ -87,7 +88,7 @@ LOG_DAYS = np.log(np.maximum(np.arange(N_LOG_DAYS, dtype=np.float64), 1.0))
 NO_INTERVAL = -math.inf  # ln Δ stored for Δ <= 0: ln Δ + ln(86400·h) < 0, so max(1, ·) takes 1
 
 
-@njit(cache=True, inline="always")
+@inlined
 def log_days(dt):
     """ln Δ for Δ = dt days (NO_INTERVAL for Δ <= 0): whole days below N_LOG_DAYS from LOG_DAYS, else log."""
     idx = int(dt)
@@ -164,7 +165,7 @@ def precompute_vjp(w, opts, wc, gwc, gw):
         gw[j] += gwc[j]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def activation_sums(wc, st, k, lnd, off):
     """(S, ∂S/∂a, ∂S/∂c, ∂S/∂h) from the reviews 0..k−1 (d_i and its derivatives in st, see `decay`) with
     ln Δ_i = lnd[off + i]: S = Σ_i max(1, Δ_i·86400·h)^{−d_i} = e^{m}, each term exp(−d_i·ln(Δ_i·86400·h)) with
@@ -190,7 +191,7 @@ def activation_sums(wc, st, k, lnd, off):
     return s, sa, sc, sh
 
 
-@njit(cache=True, inline="always")
+@inlined
 def activation_value(wc, st, k, lnd, off):
     """S alone (no derivatives), as `activation_sums` computes it: for predictions and the full-objective
     checks."""
@@ -202,7 +203,7 @@ def activation_value(wc, st, k, lnd, off):
     return s
 
 
-@njit(cache=True, inline="always")
+@inlined
 def decay(wc, st, k, s, sa, sc, sh):
     """Store review k's decay d_k = c·e^{m_k} + a = c·S_k + a and its derivatives with respect to a, c and h
     (c·∂S/∂x, plus 1 for a and S for c) in st[k] (review 0: S = 0, d_0 = a). e^{m} is S itself: no log and no exp
@@ -215,7 +216,7 @@ def decay(wc, st, k, s, sa, sc, sh):
     st[k, 3] = c * sh
 
 
-@njit(cache=True, inline="always")
+@inlined
 def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
     """t_in: target_inputs' (lnd, hist, tgt). Inlined into the engine's loops: ~9% of `adam_fit` on the 45k-review
     user (one call per work item, ~340k; in-process A/B, median of 8 alternating pairs), weights bit-identical;

@@ -31,6 +31,7 @@ from __future__ import annotations
 from numba import njit
 
 from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
+from models.jit import inlined
 from models.seq_model import SeqModel
 
 N_STATE = 2
@@ -43,7 +44,7 @@ SLOPE = 0.01  # torch.nn.functional.leaky_relu's default negative slope
 
 # ---------------------------------------------------------------------------------------- numba kernels
 
-@njit(cache=True, inline="always")
+@inlined
 def _max_split(a, b):
     """(∂max/∂a, ∂max/∂b) as torch.max(a, b) propagates them: all to the larger one, half each on a tie."""
     if a > b:

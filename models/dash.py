@@ -52,6 +52,7 @@ import numpy as np
 from numba import njit
 
 from models.base import InadequateData, ReviewData
+from models.jit import inlined
 from models.kernel_math import bce, sigmoid
 from models.seq_engine import NUMPY126
 from models.seq_model import SeqModel
@@ -107,7 +108,7 @@ def mcm_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     return window_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt, True)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def windows_card(w, lf, t_y, t_wt, tb, te, gw, out, with_grad):
     """Loss (+ gradient into gw) or predictions (into out) of one card's targets; lf[j] = target j's ln(1 + x)
     (window_inputs, which the engine passes in place of t_dt).
@@ -133,13 +134,13 @@ def windows_card(w, lf, t_y, t_wt, tb, te, gw, out, with_grad):
     return loss
 
 
-@njit(cache=True, inline="always")
+@inlined
 def windows_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, gw):
     """DASH's and DASH[MCM]'s card loss and gradient (t_dt: their window_inputs)."""
     return windows_card(w, t_dt, t_y, t_wt, tb, te, gw, gw, True)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def windows_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
     windows_card(w, t_dt, out, out, tb, te, out, out, False)  # labels and weights: unread placeholders
 
@@ -174,7 +175,7 @@ def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     return lnd, succ, off
 
 
-@njit(cache=True, inline="always")
+@inlined
 def actr_card(w, t_in, t_y, t_wt, tb, te, gw, out, with_grad):
     """Loss (+ gradient into gw) or predictions (into out) of one card's targets; per target a sum over its
     counted past reviews, newest first, from actr_inputs' ln Δ (t_in = (lnd, succ, off)).
@@ -244,12 +245,12 @@ def actr_card(w, t_in, t_y, t_wt, tb, te, gw, out, with_grad):
     return loss
 
 
-@njit(cache=True, inline="always")
+@inlined
 def actr_card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
     return actr_card(w, t_in, t_y, t_wt, tb, te, gw, gw, True)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def actr_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
     actr_card(w, t_in, out, out, tb, te, out, out, False)  # labels and weights: unread placeholders
 

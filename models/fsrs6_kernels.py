@@ -55,6 +55,8 @@ import math
 import numpy as np
 from numba import njit
 
+from models.jit import inlined
+
 # Defaults: per-parameter medians of per-user fits (fsrs-optimizer since 2025-06, fsrs-rs DEFAULT_PARAMETERS).
 DEFAULT_W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614,
              0.2629, 1.6483, 0.6014, 1.8729, 0.5425, 0.0912, 0.0658, 0.1542]
@@ -123,7 +125,7 @@ def precompute_vjp(w, opts, wc, gwc, gw):
         gw[j] += gwc[j]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _hard_easy(w, g):
     """Success-growth factor of the grade: the Hard penalty w15, the Easy bonus w16, else 1."""
     if g == 2:
@@ -133,13 +135,13 @@ def _hard_easy(w, g):
     return 1.0
 
 
-@njit(cache=True, inline="always")
+@inlined
 def init(w, g, t, out):
     out[0] = min(max(w[g - 1], S_MIN), S_MAX)
     out[1] = min(max(w[4] - math.exp(w[5] * (g - 1)) + 1.0, 1.0), 10.0)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def init_vjp(w, g, t, state, gstate, gw):
     s0 = w[g - 1]
     if s0 >= S_MIN and s0 <= S_MAX:
@@ -151,7 +153,7 @@ def init_vjp(w, g, t, state, gstate, gw):
         gw[5] += gstate[1] * (-(g - 1) * e)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step(w, prev, t, g, out):
     s = prev[0]
     dd = prev[1]
@@ -196,7 +198,7 @@ def step(w, prev, t, g, out):
     out[1] = min(max(nd, 1.0), 10.0)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     s = prev[0]
     dd = prev[1]
@@ -284,12 +286,12 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     gprev[1] = gd_old
 
 
-@njit(cache=True, inline="always")
+@inlined
 def curve(w, state, t):
     return math.exp(-w[20] * math.log1p(w[C_F] * t / state[0]))
 
 
-@njit(cache=True, inline="always")
+@inlined
 def curve_vjp(w, state, t, gp, gstate, gw):
     s = state[0]
     d = w[20]
@@ -300,7 +302,7 @@ def curve_vjp(w, state, t, gp, gstate, gw):
     gw[20] += gp * r * (-l1x - d / (1.0 + x) * t / s * w[C_DF])
 
 
-@njit(cache=True, inline="always")
+@inlined
 def target_loss_vjp(w, state, t, y, wt, gstate, gw):
     """weight·BCE of one target on ln R = −w20·ln(1 + F·t/S): one log1p (and for a lapse one expm1 and log)
     instead of the generic curve → log → curve_vjp. torch's log floor of −100 is never reached here: with
@@ -322,7 +324,7 @@ def target_loss_vjp(w, state, t, y, wt, gstate, gw):
     return loss
 
 
-@njit(cache=True, inline="always")
+@inlined
 def target_loss(w, state, t, y, wt):
     """weight·BCE of one target on ln R (see target_loss_vjp)."""
     lnr = -w[20] * math.log1p(w[C_F] * t / state[0])

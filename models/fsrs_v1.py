@@ -32,6 +32,7 @@ from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
 from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
+from models.jit import inlined
 
 # The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
 LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v1"
@@ -59,7 +60,7 @@ def init_vjp(w, g, t, state, gstate, gw):
     gw[1] += gstate[1]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step(w, prev, t, g, out):
     """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
     s = prev[0]
@@ -82,7 +83,7 @@ def step(w, prev, t, g, out):
     out[2] = lapses + (1.0 if g < 2 else 0.0)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     """Reverse of `step`, reading the values it kept in `new`."""
     s = prev[0]

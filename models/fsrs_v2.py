@@ -21,6 +21,7 @@ from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
 from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
+from models.jit import inlined
 
 # The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
 LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v2"
@@ -55,7 +56,7 @@ def init_vjp(w, g, t, state, gstate, gw):
         gw[3] += gstate[1] * w[2] * (g - 4)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _new_d(w, d, g):
     """Unclamped D' before the clamp, the reversion target w2·(1−w3), and D + w4·(G−3)."""
     dp = d + w[4] * (g - 3)
@@ -63,7 +64,7 @@ def _new_d(w, d, g):
     return w[5] * target + (1.0 - w[5]) * dp, target, dp
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step(w, prev, t, g, out):
     """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
     s = prev[0]
@@ -93,7 +94,7 @@ def step(w, prev, t, g, out):
     out[1] = nd
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     """Reverse of `step`, reading the values it kept in `new` (grouped as the plain formulas group them: the clamp
     test sees w10·(D'^{w11}·S^{w12})·(e − 1), which may differ from the forward's S' in the last bit, as before)."""

@@ -29,6 +29,7 @@ import math
 
 from numba import njit
 
+from models.jit import inlined
 from models.kernel_math import bce
 from models.seq_model import SeqModel
 
@@ -50,13 +51,13 @@ X_C = 5
 
 # ---------------------------------------------------------------------------------------- shared helpers (numba)
 
-@njit(cache=True, inline="always")
+@inlined
 def exp_curve(s, t):
     """R = 0.9^{t/S}."""
     return math.exp(LN09 * t / s)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def exp_curve_ds(r, s, t):
     """dR/dS of 0.9^{t/S}."""
     return -r * LN09 * t / (s * s)
@@ -82,14 +83,14 @@ def init_vjp(w, g, t, state, gstate, gw):
         gw[3] += gstate[1] * (g - 3)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _new_d(w, d, g):
     """Unclamped w5·w2 + (1−w5)·(D + w4·(G−3)) and the same before mean reversion."""
     dp = d + w[4] * (g - 3)
     return w[5] * w[2] + (1.0 - w[5]) * dp, dp
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step(w, prev, t, g, out):
     """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
     s = prev[0]
@@ -117,7 +118,7 @@ def step(w, prev, t, g, out):
     out[1] = nd
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     """Reverse of `step`, reading the values it kept in `new`."""
     s = prev[0]

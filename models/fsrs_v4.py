@@ -27,6 +27,7 @@ import math
 from numba import njit
 
 from models.fsrs_init import initialize_s0
+from models.jit import inlined
 from models.kernel_math import bce
 from models.seq_model import SeqModel
 
@@ -52,7 +53,7 @@ DECAY_V4 = 1.0
 
 # ---------------------------------------------------------------------------------------- shared core (numba)
 
-@njit(cache=True, inline="always")
+@inlined
 def hard_easy(w, g):
     """Success-growth factor of the grade: the Hard penalty w15, the Easy bonus w16, else 1 (FSRS v4 to 6)."""
     if g == 2:
@@ -90,7 +91,7 @@ def core_curve_ds(r, s, t, factor, decay):
     return r * decay * x / ((1.0 + x) * s)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10):
     """Adjoint of the success stability S' = S·(1 + e8·(11−D)·pw·(e10 − 1)·h·b) clamped to [s_min, S_MAX] (FSRS v4
     to 6 alike), given the forward's e8 = e^{w8}, pw = S^{−w9} and e10 = e^{w10(1−R)} (kept by the step or
@@ -116,7 +117,7 @@ def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10
     return dns_dr
 
 
-@njit(cache=True, inline="always")
+@inlined
 def lapse_stability(w, s, d, r, out):
     """The post-lapse stability w11·D^{−w12}·((S+1)^{w13} − 1)·e^{w14(1−R)} (FSRS v4 and 5 alike, before their
     caps), keeping D^{−w12}, e^{w14(1−R)} and (S+1)^{w13} in out[X_P], out[X_E], out[X_SP] for the reverse pass."""
@@ -129,7 +130,7 @@ def lapse_stability(w, s, d, r, out):
     return w[11] * dpw * (sp - 1.0) * e14
 
 
-@njit(cache=True, inline="always")
+@inlined
 def lapse_stability_vjp(w, s, d, r, sf, gf, dr_ds, kept, gprev, gw):
     """Adjoint of lapse_stability's sf (gf = the gradient reaching sf past the caller's cap and clamp), from the
     values it kept in `kept`: adds gf·∂sf/∂(S, D) (S also through R, via dr_ds) into gprev and gf·∂sf/∂(w11..w14)
@@ -145,7 +146,7 @@ def lapse_stability_vjp(w, s, d, r, sf, gf, dr_ds, kept, gprev, gw):
     gw[14] += gf * sf * (1.0 - r)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
     """One review; besides S and D, keeps R and the powers/exponentials of its branch in out[X_R:] for
     core_step_vjp (which would otherwise compute them again from the same expressions)."""
@@ -169,7 +170,7 @@ def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
     out[1] = min(max(w[7] * w[4] + (1.0 - w[7]) * (d - w[6] * (g - 3)), 1.0), 10.0)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse):
     """Reverse of core_step, reading the values it kept in `new`."""
     s = prev[0]
@@ -208,13 +209,13 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
                 lapse_stability_vjp(w, s, d, r, sf, gf, dr_ds, new, gprev, gw)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def core_target_loss(state, t, y, wt, factor, decay):
     """weight·BCE of one target on the curve (1 + F·t/S)^(−decay): the engine's default target_loss."""
     return bce(core_curve(state[0], t, factor, decay), y, wt)[0]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def core_target_loss_vjp(state, t, y, wt, gstate, factor, decay):
     """The engine's default curve → BCE → curve_vjp with R computed once (the same R, so the same adjoint)."""
     r = core_curve(state[0], t, factor, decay)

@@ -30,6 +30,7 @@ from models.fsrs_init import initialize_s0
 from models.fsrs_v4 import (X_E, X_P, X_R, X_SP, core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp,
                              hard_easy, lapse_stability, lapse_stability_vjp, recall_stability_vjp,
                              torch_power_curve)
+from models.jit import inlined
 from models.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -94,13 +95,13 @@ def precompute_vjp(w, opts, wc, gwc, gw):
         gw[j] += gwc[j]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def init(w, g, t, out):
     out[0] = min(max(w[g - 1], S_MIN), S_MAX)
     out[1] = min(max(w[4] - math.exp(w[5] * (g - 1)) + 1.0, 1.0), 10.0)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def init_vjp(w, g, t, state, gstate, gw):
     if S_MIN <= w[g - 1] <= S_MAX:
         gw[g - 1] += gstate[0]
@@ -111,7 +112,7 @@ def init_vjp(w, g, t, state, gstate, gw):
         gw[5] -= gstate[1] * (g - 1) * e
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step(w, prev, t, g, out):
     s = prev[0]
     d = prev[1]
@@ -135,7 +136,7 @@ def step(w, prev, t, g, out):
     out[1] = min(max(nd, 1.0), 10.0)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     s = prev[0]
     d = prev[1]
@@ -184,23 +185,23 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         gw[18] -= gm * sm * w[17]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def curve(w, state, t):
     return core_curve(state[0], t, FACTOR, DECAY)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def curve_vjp(w, state, t, gp, gstate, gw):
     r = core_curve(state[0], t, FACTOR, DECAY)
     gstate[0] += gp * core_curve_ds(r, state[0], t, FACTOR, DECAY)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def target_loss(w, state, t, y, wt):
     return core_target_loss(state, t, y, wt, FACTOR, DECAY)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def target_loss_vjp(w, state, t, y, wt, gstate, gw):
     return core_target_loss_vjp(state, t, y, wt, gstate, FACTOR, DECAY)
 

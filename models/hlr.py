@@ -50,6 +50,7 @@ import numpy as np
 from numba import njit
 
 from models.base import InadequateData, ReviewData
+from models.jit import inlined
 from models.kernel_math import bce
 from models.seq_engine import NUMPY126
 from models.seq_model import SeqModel
@@ -94,7 +95,7 @@ def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     return out
 
 
-@njit(cache=True, inline="always")
+@inlined
 def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
     """Σ weight·BCE of targets tb..te−1 (t_in: target_inputs), adding d/dw into gw, target by target in that order.
     With x = θ·features + b: h = 2^x, p = 0.5^(t/h) = exp(−ln2·t·2^(−x)), dp/dx = p·ln2²·t/h (nothing once p or h
@@ -117,7 +118,7 @@ def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, b
     return loss
 
 
-@njit(cache=True, inline="always")
+@inlined
 def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
     """out[j] = P(recall) of targets tb..te−1: h = 2^(θ1·√n_succ + θ2·√n_fail + b), p = 0.5^(t/h)."""
     for j in range(tb, te):

@@ -7,12 +7,14 @@ import math
 import numpy as np
 from numba import njit
 
+from models.jit import inlined
+
 BCE_LOG_FLOOR = -100.0  # torch's binary_cross_entropy clamps its logs here
 BCE_GRAD_EPS = 1e-12  # ... and the denominator p(1-p) of its gradient here
 SOFTPLUS_THRESHOLD = 20.0  # torch's nn.Softplus default: above it, softplus(x) = x
 
 
-@njit(cache=True, inline="always")
+@inlined
 def bce(p, y, wt):
     """(weighted BCE, d/dp) with torch's clamping, so the compiled trainers follow the torch ones exactly."""
     if y > 0.5:
@@ -22,7 +24,7 @@ def bce(p, y, wt):
     return loss, wt * (p - y) / max(p * (1.0 - p), BCE_GRAD_EPS)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def cosine_lr(lr, step, total):
     """torch's CosineAnnealingLR (eta_min 0, closed form) at optimizer step `step` of T_max = `total`."""
     return lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
@@ -42,7 +44,7 @@ def adam_step(w, grad, m, v, step, lr, b1, b2, eps, weight_decay):
         w[j] -= lr * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def sigmoid(z):
     """1 / (1 + e^−z) without overflow for either sign."""
     if z >= 0.0:
@@ -51,25 +53,25 @@ def sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def softplus(x):
     """torch's softplus (beta 1, threshold 20): ln(1 + e^x), or x itself above the threshold."""
     return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
 
 
-@njit(cache=True, inline="always")
+@inlined
 def softplus_grad(x):
     """d softplus / dx as torch computes it: 1 above the threshold, else the sigmoid."""
     return 1.0 if x > SOFTPLUS_THRESHOLD else sigmoid(x)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def mish(x):
     """torch's Mish, x·tanh(ln(1 + e^x)) (tanh of the softplus is 1 in float64 long before the threshold)."""
     return x * math.tanh(softplus(x))
 
 
-@njit(cache=True, inline="always")
+@inlined
 def mish_and_grad(x):
     """(Mish(x), d Mish / dx) with d Mish / dx = tanh(sp) + x·σ(x)·(1 − tanh(sp)²), sp = softplus(x) (torch's
     mish_backward), sharing one tanh(softplus(x))."""

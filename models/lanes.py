@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from models.jit import inlined
+
 LANES = 8  # cards side by side: two AVX2 vectors per field
 I_DT = 0  # elapsed days of the review (or of the card's last target)
 I_G = 1  # grade as a float
@@ -70,7 +72,7 @@ def pack_group(seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, sel, first
     return n_pos
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def grade_pick(g, a1, a2, a3, a4):
     """a_g for a grade g (a float 1..4) as selects (no gather)."""
     return a1 if g < 1.5 else (a2 if g < 2.5 else (a3 if g < 3.5 else a4))

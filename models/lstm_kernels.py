@@ -298,6 +298,7 @@ from numba.extending import overload
 from numba.typed import List
 from numba.np.linalg import _BLAS  # numba's own BLAS binding (what its np.dot calls): internal API, numba pinned
 
+from models.jit import inlined
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, card_batch_bounds, lockstep_plan, stable_argsort_small
 from models.vec_math import exp32, exp_bounded, exp_vec, log_vec
 
@@ -395,14 +396,14 @@ def _like(a, c):
     return lambda a, c: c
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def sigmoid(z):
     """1 / (1 + e^−z) in z's precision; float64: relative error below 1e−13."""
     one = like(z, 1.0)
     return one / (one + exp_act(-z))
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def tanh(x):
     """2σ(2x) − 1 in x's precision; float64: absolute error below 1e−14."""
     one = like(x, 1.0)
@@ -446,7 +447,7 @@ def _gemm_acc(ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
     return impl
 
 
-@njit(cache=True, inline="always")
+@inlined
 def row_ld(x):
     """The row stride of a 2-D array whose rows are contiguous (a row slice of a C-contiguous array), in elements."""
     return x.strides[0] // x.itemsize
@@ -555,7 +556,7 @@ def scatter_rows(x, rows, out):
             out[r, j] = x[i, j]
 
 
-@njit(cache=True, inline="always")
+@inlined
 def flat(x):
     """A C-contiguous [N, M] array as a flat view of its N·M values."""
     return x.reshape(x.size)

@@ -23,6 +23,7 @@ import math
 import numpy as np
 from numba import njit
 
+from models.jit import inlined
 from models.kernel_math import SOFTPLUS_THRESHOLD, bce, sigmoid
 
 S_MIN = 0.01  # s_min in day mode
@@ -51,7 +52,7 @@ N_REC = 33
 MISH_TANH_ONE = 20.0  # tanh(softplus(a)) rounds to 1 from here on (torch's softplus threshold too)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def mish_parts(a):
     """(tanh(softplus(a)), σ(a)) from one exp: with e = e^a, tanh(ln(1 + e)) = n / (n + 2), n = e·(e + 2), and
     σ(a) = e / (1 + e) — Mish's factor and the sigmoid its derivative needs (kernel_math.mish_and_grad), instead of
@@ -63,7 +64,7 @@ def mish_parts(a):
     return n / (n + 2.0), e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def softplus_parts(z):
     """(softplus(z), its derivative, e^{−softplus(z)}) as torch's Softplus (threshold 20) from one exp: with e = e^z,
     ln(1 + e), e / (1 + e) and 1 / (1 + e) (kernel_math's softplus, softplus_grad, and exp(−softplus) for the rw
@@ -74,18 +75,18 @@ def softplus_parts(z):
     return math.log1p(e), e / (1.0 + e), 1.0 / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def clamp(x, lo, hi):
     return min(max(x, lo), hi)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def inside(x, lo, hi):
     """Where torch's clamp passes the gradient."""
     return lo <= x <= hi
 
 
-@njit(cache=True, inline="always")
+@inlined
 def mlp(th, o, n_in, x0, x1, x2):
     """Linear(n_in→1) → Mish → Linear(1→1) with weights th[o:o + n_in + 3] (x2 unused when n_in = 2):
     (the pre-Mish value a, tanh(softplus(a)) and σ(a) for `mlp_back`, the output z)."""
@@ -96,7 +97,7 @@ def mlp(th, o, n_in, x0, x1, x2):
     return a, tsp, sig, th[o + n_in + 2] + th[o + n_in + 1] * (a * tsp)  # a·tsp = mish(a)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def mlp_back(th, gr, o, n_in, x0, x1, x2, a, tsp, sig, gz):
     """Reverse of `mlp` given dL/dz and its tsp = tanh(softplus(a)), sig = σ(a): adds dL/dθ into gr, returns
     dL/d(x0, x1, x2). Mish and its derivative as kernel_math.mish_and_grad, from the forward pass's values."""
@@ -113,13 +114,13 @@ def mlp_back(th, gr, o, n_in, x0, x1, x2, a, tsp, sig, gz):
     return ga * th[o], ga * th[o + 1], 0.0
 
 
-@njit(cache=True, inline="always")
+@inlined
 def sinc_t_factors(th, nd, sr, rw):
     """sinc_t = 1 + A·B·C·E with A = e^{w0}, B = 5(1 − D') + 1, C = S_r^{−w1}, E = e^{−r_w·w2}."""
     return math.exp(th[SINC_W]), 5.0 * (1.0 - nd) + 1.0, sr ** (-th[SINC_W + 1]), math.exp(-rw * th[SINC_W + 2])
 
 
-@njit(cache=True, inline="always")
+@inlined
 def first_index(g):
     """S0/D0 index of a first rating, as torch's (g.long() − 1).clamp(0, 3)."""
     return min(max(int(g) - 1, 0), 3)

@@ -27,6 +27,8 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from models.jit import inlined
+
 SHUFFLE_SEED = 2023  # upstream's batch-order seed (training.py)
 _SMALL_N = (1 << 32) // 20  # torch switches to 64-bit draws above this size
 
@@ -88,7 +90,7 @@ class BernoulliStream:
 _MT_N, _MT_M = 624, 397
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _twist_word(mt, i, j, k):
     """Word i of the Mersenne Twister's regeneration from words i, j = i + 1 and k = i + 397 (mod 624)."""
     y = (np.uint64(mt[i]) & np.uint64(0x80000000)) | (np.uint64(mt[j]) & np.uint64(0x7FFFFFFF))

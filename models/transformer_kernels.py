@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit
 
 from models.gru_p import DECAY, FACTOR
+from models.jit import inlined
 from models.kernel_math import bce
 from models.vec_math import exp_nonpos
 
@@ -75,13 +76,13 @@ FC = _OFF["fc.weight"]
 # a linear layer's weight [out, in] is followed by its bias, a LayerNorm's weight by its bias
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _lin2(th, o, x0, x1, j):
     """Row j of W·x for a weight W [n, 2] stored row-major at th[o:] (callers add the bias, stored after W)."""
     return th[o + 2 * j] * x0 + th[o + 2 * j + 1] * x1
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _lin2_back(th, o, grad, x0, x1, g0, g1):
     """Reverse of Linear(2→2) y = W·x + b (W row-major at th[o:], b after it) at input (x0, x1) for dL/dy = (g0, g1):
     adds dL/dW and dL/db into grad; returns dL/dx = Wᵀ·g."""
@@ -94,7 +95,7 @@ def _lin2_back(th, o, grad, x0, x1, g0, g1):
     return th[o] * g0 + th[o + 2] * g1, th[o + 1] * g0 + th[o + 3] * g1
 
 
-@njit(cache=True, inline="always")
+@inlined
 def ln_norm(a0, a1):
     """LayerNorm(2)'s normalisation of (a0, a1): (x̂0, x̂1, 1/σ). Shared with the lane kernel
     (models/transformer_lanes.py), inlined there into loops over targets."""
@@ -104,7 +105,7 @@ def ln_norm(a0, a1):
     return d0 * rstd, d1 * rstd, rstd
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _ln(th, o, a0, a1, out, k):
     """LayerNorm(2) of (a0, a1) with gamma th[o : o+2], beta th[o+2 : o+4]: writes out[k, 0:2] = y and
     out[k, 2:4] = x̂, returns 1/σ."""
@@ -116,7 +117,7 @@ def _ln(th, o, a0, a1, out, k):
     return rstd
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _ln_back(th, o, grad, xh, k, rstd, g0, g1):
     """Reverse of _ln: dL/d(output) = (g0, g1), x̂ = xh[k, 2:4]; adds dL/dγ, dL/dβ; returns dL/d(input)."""
     h0, h1 = xh[k, 2], xh[k, 3]

@@ -63,6 +63,7 @@ import numpy as np
 from numba import njit
 
 from models.gru_p import DECAY, FACTOR
+from models.jit import inlined
 from models.kernel_math import bce
 from models.transformer_kernels import (D_CA, D_COUT, D_L1, D_L2, D_N1, D_N2, D_N3, D_NF, D_SA, D_SOUT, E_IN, E_L1,
                                         E_L2, E_N1, E_N2, E_NF, E_OUT, FC, ln_norm)
@@ -89,7 +90,7 @@ def no_dropout(length: int, batch: int) -> tuple:
             one((2, B), np.uint8), one((2, L, B), np.uint8), *(one((2, B), np.uint8),) * 3)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _lin2_back(th, o, G, i, x0, x1, g0, g1):
     """Lane i's reverse of Linear(2→2) (transformer_kernels._lin2_back): dL/dW, dL/db into G[:, i]; returns
     Wᵀ·g."""
@@ -102,7 +103,7 @@ def _lin2_back(th, o, G, i, x0, x1, g0, g1):
     return th[o] * g0 + th[o + 2] * g1, th[o + 1] * g0 + th[o + 3] * g1
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _ln_back(th, o, G, i, h0, h1, rstd, g0, g1):
     """Lane i's reverse of LayerNorm(2) (transformer_kernels._ln_back) at x̂ = (h0, h1), 1/σ = rstd."""
     G[o, i] += g0 * h0

@@ -44,6 +44,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from models.jit import inlined
+
 _SHIFT = 6755399441055744.0  # 1.5·2^52
 _SHIFT_BITS = 0x4338000000000000  # its bit pattern
 _INV_LN2 = 1.4426950408889634
@@ -72,7 +74,7 @@ def _as_float(typingctx, x):
     return types.float64(types.int64), codegen
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _expm1_parts(v):
     """(q, s1, s2) with e^v = (1 + q)·s1·s2 and e^v − 1 = q·s + (s − 1), s = s1·s2 = 2^k: v = k·ln2 + r,
     q = e^r − 1 (v clamped to [_X_MIN, _X_MAX]; 2^k as two normal powers of two, so that 2^−1075 .. 2^1024 are
@@ -101,20 +103,20 @@ def _expm1_parts(v):
     return p * r, _as_float((k1 + 1023) << 52), _as_float((k2 + 1023) << 52)
 
 
-@njit(cache=True, inline="always")
+@inlined
 def exp1(v):
     """exp(v) (within 1 ulp of the C library's), as arithmetic that vectorises inside a loop."""
     q, s1, s2 = _expm1_parts(v)
     return (1.0 + q) * s1 * s2
 
 
-@njit(cache=True, inline="always")
+@inlined
 def sigmoid1(v):
     """1 / (1 + exp(−v)), torch's sigmoid as the GRU's gates compute it."""
     return 1.0 / (1.0 + exp1(-v))
 
 
-@njit(cache=True, inline="always")
+@inlined
 def tanh1(v):
     """tanh(v) = e / (e + 2) with e = expm1(2v) (accurate near 0 too); |v| > 25 gives ±1 exactly, as tanh does in
     double."""
@@ -153,7 +155,7 @@ EXP_BOUND = 40.0  # σ(±40) and tanh(±20) are 0 or 1 to within 5e−18: no lar
 INV_FACTORIAL = tuple(1.0 / math.factorial(k) for k in range(15))
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def exp_bounded(x):
     """e^x for x clamped to ±EXP_BOUND in plain arithmetic, so that the loops over the activations vectorise (libm's
     exp is one call per element: ~4× slower here, the largest cost of the forward pass): e^(x/64) by its Taylor
@@ -185,7 +187,7 @@ def _f32_from_bits(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def exp32(x):
     """e^x in float32 for x clamped to ±EXP_BOUND, in plain arithmetic so the loops vectorise 8 floats wide: x =
     n·ln 2 + r (|r| ≤ ln2/2, Cody–Waite's two-part ln 2), e^r by its Taylor series to degree 7 (truncation below
@@ -209,7 +211,7 @@ def exp32(x):
 _TF_EXP_FLOOR = -708.0  # exp(−708) ≈ 3e−308, the smallest result kept normal
 
 
-@njit(cache=True, inline="always")
+@inlined
 def exp_nonpos1(x):
     """One value of exp_nonpos (below), for loops that vectorise across other axes (the Transformer's lane kernel,
     models/transformer_lanes.py): the same operations, so the same result."""
@@ -234,7 +236,7 @@ def exp_nonpos1(x):
     return p * np.int64((np.int64(np.int32(k)) + 1023) << 52).view(np.float64)  # NaN: p is NaN already
 
 
-@njit(cache=True, inline="always")
+@inlined
 def exp_nonpos(x, out, n):
     """out[:n] = exp(x[:n]) for x <= 0 (the softmax's shifted scores), written so that the compiler vectorises
     it (a scalar math.exp call per element was most of the forward pass): x = k·ln 2 + r, |r| <= ln2/2, exp(r) by
@@ -286,7 +288,7 @@ _TABLE_EXP_MIN = -708.0  # below it the result is subnormal or 0, above _TABLE_E
 _TABLE_EXP_MAX = 709.0
 
 
-@njit(cache=True, inline="always")
+@inlined
 def exp_table(x):
     """e^x within ~1 ulp of the C library's, for the scalar loops where libm's exp call was the largest single
     cost (ACT-R's and DASH[ACT-R]'s sums over past reviews: one exp per pair, a few pairs per loop, so nothing to
@@ -328,7 +330,7 @@ _LG1, _LG2, _LG3, _LG4 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.8
 _LG5, _LG6, _LG7 = 1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _log_core(x):
     """ln x for a positive finite x (subnormals included), branch-free: x = 2^k·m with m in [√2/2, √2) found in
     the bits (k as a double by the 2^52 trick: AVX2 has no int64→double conversion), then fdlibm's reduction
@@ -349,7 +351,7 @@ def _log_core(x):
     return s * (hfsq + (t2 + t1)) + k * _LN2_LO - hfsq + f + k * _LN2_HI
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def log1(x):
     """ln x within 1 ulp of the C library's, as arithmetic that vectorises inside a loop (numba calls libm's log
     one value at a time). Edges as libm: log(0) = −inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN."""
@@ -361,7 +363,7 @@ def log1(x):
     return x if x == math.inf else math.nan
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def log1p1(x):
     """ln(1 + x) to within a few ulp for any x > −1 (vectorisable, as log1): u = 1 + x rounded, then
     ln(1 + x) = ln u + c/u with c = (1 + x) − u recovered exactly (Sterbenz: x − (u − 1) while u < 2, else
