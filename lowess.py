@@ -22,7 +22,9 @@ fast-math (no reassociation, no fused multiply-add), and with numpy's error mode
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+
+from models.jit import ready
 
 PW_BLOCKSIZE = 128  # numpy's pairwise-summation block (numpy/_core/src/umath/loops_utils.h.src)
 
@@ -212,3 +214,11 @@ def lowess_sorted(y, x, frac, delta):
     plan_i, plan_left, plan_radius = _walk(x, k, delta, False, y_fit, y_fit)
     _walk(x, k, delta, True, _fit_values(x, y, k, plan_i, plan_left, plan_radius), y_fit)
     return y_fit
+
+
+SIGNATURE = (types.float64[::1], types.float64[::1], types.float64, types.float64)  # (y, x, frac, delta), as ici calls
+
+
+def kernel_ready() -> bool:
+    """Whether lowess_sorted runs without compiling (metrics.ici takes statsmodels' loop otherwise)."""
+    return ready(lowess_sorted, SIGNATURE)

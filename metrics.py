@@ -135,15 +135,22 @@ def _compiled_lowess():
 
 
 # The ICI's lowess runs in lowess.py's numba kernel (bit-identical, ~3.8× faster: 18 → 4.7 ms on 20.7k
-# predictions) from LOWESS_KERNEL_MIN predictions on when numba is already loaded (the compiled models), and from
-# LOWESS_KERNEL_MIN_COLD on otherwise: numba's import and first call cost ~1.5 s per process, more than a cheap
-# model's (AVG, 90%) whole run on a small set, and such near-constant predictions make statsmodels' loop cheap.
+# predictions) from LOWESS_KERNEL_MIN predictions on when its machine code is at hand (compiled in this process or in
+# numba's disk cache; numba already imported by a compiled model), and from LOWESS_KERNEL_MIN_COLD on in any case:
+# compiling it costs ~3 s, a tenth of a cold FSRS-6 run, and pays off within one user only that large. Smaller users
+# of a first run take statsmodels' loop (the same values), so that run never waits for the kernel.
 LOWESS_KERNEL_MIN = 2000
 LOWESS_KERNEL_MIN_COLD = 50_000
 
 
 def _use_kernel(n: int) -> bool:
-    return n >= (LOWESS_KERNEL_MIN if "numba" in sys.modules else LOWESS_KERNEL_MIN_COLD)
+    if n >= LOWESS_KERNEL_MIN_COLD:
+        return True
+    if n < LOWESS_KERNEL_MIN or "numba" not in sys.modules:
+        return False
+    from lowess import kernel_ready
+
+    return kernel_ready()
 
 
 def ici(y: np.ndarray, p: np.ndarray, order: np.ndarray | None = None) -> float:

@@ -54,6 +54,8 @@ import numpy as np
 from numba import njit
 
 from models.fsrs6_kernels import (C_D04, C_DF, C_E8, C_E35, C_EM, C_F, C_FLOOR, C_SINC, N_PARAMS, S_MAX, S_MIN)
+from models.jit import inlined
+from models.kernel_math import stable_argsort_small
 from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from models.vec_math import _expm1_parts, exp1, log1, log1p1
 
@@ -84,7 +86,7 @@ J_GD = N_PARAMS + 2
 N_SUMS = N_PARAMS + 3
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _target_adjoint(X, A, k, lane, d, df):
     """The adjoint of S_prev from the target at position k (0 if none), its gradient for w20 added to A: on
     ln R = −w20·ln(1 + x) as fsrs6_kernels.target_loss_vjp (in the reverse pass, so that the objective passes,
@@ -98,7 +100,7 @@ def _target_adjoint(X, A, k, lane, d, df):
     return dl * d * x / ((1.0 + x) * s)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_forward(w, X, A, n_pos, nl):
     """States of the group's positions 0..n_pos−1 and what their reverse pass and loss read."""
     f, d, e8, em, d04, floor = w[C_F], w[20], w[C_E8], w[C_EM], w[C_D04], w[C_FLOOR]
@@ -161,7 +163,7 @@ def group_forward(w, X, A, n_pos, nl):
                 X[k, F_SP, lane] = sp
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_loss(w, X, A, n_pos, nl):
     """Add each target's weight·BCE to the lanes' loss sums (after group_forward; the gradient needs none of it):
     on ln R = −w20·ln(1 + x), as fsrs6_kernels.target_loss."""
@@ -173,7 +175,7 @@ def group_loss(w, X, A, n_pos, nl):
             A[J_LOSS, lane] += wts * (d * X[k, F_L1X, lane]) if wts > 0.0 else (wts * lg if wts < 0.0 else 0.0)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_reverse(w, X, A, n_pos, nl):
     """The reverse pass over positions n_pos−1 .. 0, adding the gradient of w0..w20 to the lanes' sums A."""
     d, df, e8, em, d04, e35, floor = w[20], w[C_DF], w[C_E8], w[C_EM], w[C_D04], w[C_E35], w[C_FLOOR]
@@ -280,7 +282,7 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
     and taken LANES at a time. Returns the loss (want_loss; else 0: Adam reads the gradient only), or NaN, having
     added nothing, when a card does not fit the lane layout (pack_group)."""
     n_items = len(batch)
-    by_length = batch[np.argsort(items[batch, 3], kind="mergesort")]
+    by_length = batch[stable_argsort_small(items[batch, 3], False)]
     # every entry is written before it is read (np.zeros of max_n + 1 rows per batch was ~10% of a fit)
     X = np.empty((max_n + 1, N_ROW, LANES))
     A = np.zeros((N_SUMS, LANES))

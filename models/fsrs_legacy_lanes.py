@@ -63,7 +63,8 @@ import numpy as np
 from numba import njit
 
 from models.fsrs_v3 import LN09, S_MAX, S_MIN
-from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR
+from models.jit import inlined
+from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, stable_argsort_small
 from models.lanes import I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from models.vec_math import exp1, log1, log1p1
 
@@ -90,7 +91,7 @@ J_GD = N_W + 2
 N_SUMS = N_W + 3
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _target_adjoint(X, k, lane):
     """The adjoint of S_prev from the target at position k (0 if none): kernel_math.bce's d/dR times
     dR/dS = −R·x/S."""
@@ -101,7 +102,7 @@ def _target_adjoint(X, k, lane):
     return gp * (-r * X[k, F_X, lane] / X[k - 1, F_S, lane]) if wts != 0.0 else 0.0
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_forward(w, X, n_pos, nl, ver, e6):
     """States of the group's positions 0..n_pos−1 and what their reverse pass and loss read."""
     w0, w1, w2, w3, w4, w5, w6 = w[0], w[1], w[2], w[3], w[4], w[5], w[6]
@@ -168,7 +169,7 @@ def group_forward(w, X, n_pos, nl, ver, e6):
             X[k, F_E, lane] = e
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_loss(X, A, n_pos, nl):
     """Add each target's weight·BCE (kernel_math.bce's floors) to the lanes' loss sums (after group_forward):
     −max(ln R, −100) = −max(x, −100) if recalled, −max(ln(1 − R), −100) if forgotten."""
@@ -180,7 +181,7 @@ def group_loss(X, A, n_pos, nl):
                 wts * lg if wts < 0.0 else 0.0)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_reverse(w, X, A, n_pos, nl, ver, e6):
     """The reverse pass over positions n_pos−1 .. 0, adding the gradient of the version's weights to A."""
     w0, w1, w2, w3, w4, w5 = w[0], w[1], w[2], w[3], w[4], w[5]
@@ -314,12 +315,12 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
             A[3, lane] += gd0 * (g - 3.0)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _loss_grad(w, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gw, want_loss, want_grad,
                ver, n_w):
     """The entry points' body for version `ver` (its n_w parameters)."""
     n_items = len(batch)
-    by_length = batch[np.argsort(items[batch, 3], kind="mergesort")]
+    by_length = batch[stable_argsort_small(items[batch, 3], False)]
     X = np.empty((max_n + 1, N_ROW, LANES))  # every entry is written before it is read
     A = np.zeros((N_SUMS, LANES))
     e6 = math.exp(w[6]) if ver == V3 else 0.0  # v3's e^{w6}: the scalar step's value, once

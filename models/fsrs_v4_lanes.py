@@ -56,6 +56,8 @@ from numba import njit
 from models import fsrs_v45 as v45
 from models import fsrs_v5 as v5
 from models.fsrs_v4 import DECAY_V4, F_V4, S_MAX, S_MIN
+from models.jit import inlined
+from models.kernel_math import stable_argsort_small
 from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from models.vec_math import exp1, log1, log1p1
 
@@ -83,20 +85,20 @@ J_GD = N_W + 2
 N_SUMS = N_W + 3
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _curve(x, ver):
     """R = (1 + x)^(−decay) of the version: 1/(1 + x) for v4, 1/√(1 + x) for 4.5 and 5."""
     return 1.0 / (1.0 + x) if ver == V4 else 1.0 / math.sqrt(1.0 + x)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _one_minus_curve(x, r, ver):
     """1 − R from R = _curve(x): x/(1 + x) = x·R for v4, (√(1+x) − 1)/√(1+x) = x·R²/(1 + R) for 4.5 and 5; within
     a few ulp where 1.0 − R would keep only the digits of R's rounding error (R near 1, a long-stable card)."""
     return x * r if ver == V4 else x * r * r / (1.0 + r)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _target_adjoint(X, k, lane, decay):
     """The adjoint of S_prev from the target at position k (0 if none): d(weight·BCE)/d ln R times
     d ln R/dS = decay·x/((1 + x)·S), as core_target_loss_vjp (in the reverse pass, so the objective passes skip it)."""
@@ -107,7 +109,7 @@ def _target_adjoint(X, k, lane, decay):
     return dl * decay * x / ((1.0 + x) * X[k - 1, F_S, lane])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_forward(w, X, n_pos, nl, ver, f, e8):
     """States of the group's positions 0..n_pos−1 and what their reverse pass and loss read."""
     w0, w1, w2, w3, w4, w5, w6, w7 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
@@ -173,7 +175,7 @@ def group_forward(w, X, n_pos, nl, ver, f, e8):
                 X[k, F_SP, lane] = sp
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_loss(X, A, n_pos, nl, decay):
     """Add each target's weight·BCE to the lanes' loss sums (after group_forward): −ln R = decay·ln(1 + x) if
     recalled, −ln(1 − R) if forgotten."""
@@ -185,7 +187,7 @@ def group_loss(X, A, n_pos, nl, decay):
             A[J_LOSS, lane] += wts * (decay * l1x) if wts > 0.0 else (wts * lg if wts < 0.0 else 0.0)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
     """The reverse pass over positions n_pos−1 .. 0, adding the gradient of w0..w18 to the lanes' sums A."""
     w0, w1, w2, w3, w4, w6, w7, w9 = w[0], w[1], w[2], w[3], w[4], w[6], w[7], w[9]
@@ -311,12 +313,12 @@ def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
             A[5, lane] += gd0 * (-(g - 3.0))
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def _loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, want_loss, want_grad,
                ver, f, decay, n_w):
     """The entry points' body for version `ver` (its curve's F and decay, its n_w parameters)."""
     n_items = len(batch)
-    by_length = batch[np.argsort(items[batch, 3], kind="mergesort")]
+    by_length = batch[stable_argsort_small(items[batch, 3], False)]
     X = np.empty((max_n + 1, N_ROW, LANES))  # every entry is written before it is read
     A = np.zeros((N_SUMS, LANES))
     e8 = wc[v5.C_E8] if ver == V5 else math.exp(wc[8])  # v4 and 4.5: the scalar step's exp(w8), once

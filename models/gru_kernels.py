@@ -83,7 +83,8 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.tuple import tuple_setitem
 
-from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan
+from models.jit import inlined
+from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, lockstep_plan, stable_argsort_small
 from models.vec_math import exp_vec, log_vec, sigmoid_vec, tanh_vec
 
 HEAD_SIGMOID_CELL = 0  # GRU-P: one more GRU step with the target's own (delta_t, last rating), p = σ(fc(h))
@@ -117,7 +118,7 @@ ZEROS_8 = (0.0,) * 8  # tuples of the sizes the GRU family uses (8 and 2 units, 
 ZEROS_2 = (0.0,) * 2  # compile-time constant, so the loops over it unroll and values set in it stay in registers
 
 
-@njit(cache=True, inline="always")
+@inlined
 def _row(zeros, w, r):
     """w[r, :len(zeros)] as a tuple (a value: nothing stored in memory can change it)."""
     out = zeros
@@ -412,7 +413,7 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
     lengths = np.empty(n_c, dtype=np.int64)
     for k in range(n_c):
         lengths[k] = c_steps[cards[k]]
-    slot_card = cards[np.argsort(-lengths, kind="mergesort")]  # slot c runs card slot_card[c], longest first
+    slot_card = cards[stable_argsort_small(lengths, True)]  # slot c runs card slot_card[c], longest first
     n_t = 0
     for c in range(n_c):
         lengths[c] = c_steps[slot_card[c]]

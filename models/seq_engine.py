@@ -30,12 +30,15 @@ import importlib.util
 import os
 import sys
 import tempfile
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
+from numba import typeof, types
+from numba.core.types.function_type import CompileResultWAP
 
 from models.base import ReviewData, column, recency_weights
+from models.jit import Unit
 from models.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 SEED = 2023
@@ -53,11 +56,11 @@ _PLAIN_BEGIN = "# ---- PLAIN-LOSS-BEGIN"
 _PLAIN_END = "# ---- PLAIN-LOSS-END"
 _FUSED_BEGIN = "# ---- STEP-TARGET-BEGIN"
 _FUSED_END = "# ---- STEP-TARGET-END"
-_CARD_BATCH_BEGIN = "# ---- CARD-BATCH-BEGIN"
-_CARD_BATCH_END = "# ---- CARD-BATCH-END"
-_LANE_BATCH_BEGIN = "# ---- LANE-BATCH-BEGIN"
-_LANE_BATCH_END = "# ---- LANE-BATCH-END"
-_INSTANCES: dict[str, object] = {}
+_CARD_BATCH = ("# ---- CARD-BATCH-BEGIN", "# ---- CARD-BATCH-END")
+_LANE_BATCH = ("# ---- LANE-BATCH-BEGIN", "# ---- LANE-BATCH-END")
+_LANE_ONLY = ("# ---- LANE-ONLY-BEGIN", "# ---- LANE-ONLY-END")
+_LANE_LOSS = ("# ---- LANE-LOSS-BEGIN", "# ---- LANE-LOSS-END")
+_INSTANCES: dict[tuple[str, bool], object] = {}
 
 
 def _engine_dir() -> Path:
@@ -124,10 +127,13 @@ def _source_digest(module) -> str:
     return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
 
 
-def instantiate(model_module: str):
-    """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py)."""
-    if model_module in _INSTANCES:
-        return _INSTANCES[model_module]
+def instantiate(model_module: str, fallback: bool = False):
+    """The engine's kernels compiled for `model_module` (a module following models/seq_model_stub.py). For a
+    plug-in with lane kernels, the trainer's passes run on them alone (LANE-ONLY: a refused pass ends adam_fit,
+    reporting it), or with `fallback` take a refused batch card by card (LANE-BATCH): the card loops are compiled
+    only for the fits that need them."""
+    if (model_module, fallback) in _INSTANCES:
+        return _INSTANCES[model_module, fallback]
     model = importlib.import_module(model_module)
     source = _TEMPLATE.read_text(encoding="utf-8")
     names = ["N_STATE"]
@@ -146,7 +152,12 @@ def instantiate(model_module: str):
         else:
             source = _cut(source, _FUSED_BEGIN, _FUSED_END)
     lanes = getattr(model, "LANE_KERNELS", None)  # a module with the plug-in's lanes_loss_grad
-    source = _cut(source, *((_CARD_BATCH_BEGIN, _CARD_BATCH_END) if lanes else (_LANE_BATCH_BEGIN, _LANE_BATCH_END)))
+    if not lanes:
+        unused = [_LANE_BATCH, _LANE_ONLY, _LANE_LOSS]
+    else:
+        unused = [_CARD_BATCH, _LANE_ONLY if fallback else _LANE_BATCH]
+    for section in unused:
+        source = _cut(source, *section)
     if hasattr(model, "N_ADJ"):
         names.append("N_ADJ")
     if hasattr(model, "precompute"):
@@ -157,14 +168,46 @@ def instantiate(model_module: str):
     if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
-    if lanes:  # "module" (its lanes_loss_grad) or "module:function" (one module serving several plug-ins)
-        lane_module, _, lane_fn = lanes.partition(":")
-        binding += f"\nfrom {lane_module} import {lane_fn or 'lanes_loss_grad'} as lanes_loss_grad"
+    if lanes:  # the lane kernel itself is passed to adam_fit at run time (lane_kernel)
         binding += "\nfrom models.lanes import card_items"
     binding += f"\n# plug-in source {_source_digest(model)}"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
-    _INSTANCES[model_module] = module
+    _INSTANCES[model_module, fallback] = module
     return module
+
+
+# The lane kernels' contract (models/seq_model_stub.py): lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y,
+# t_wt, items, batch, max_n, gwc, want_loss, want_grad) -> loss, every array C-contiguous.
+_F8, _I8 = types.float64[::1], types.int64[::1]
+LANE_SIG = types.float64(_F8, _F8, _I8, _I8, _I8, _F8, _F8, _F8, types.int64[:, ::1], _I8, types.int64, _F8,
+                         types.boolean, types.boolean)
+_LANE_KERNELS: dict[str, object] = {}
+
+
+def lane_kernel(model_module: str):
+    """The plug-in's lane kernel (its LANE_KERNELS: "module", whose lanes_loss_grad, or "module:function") as a
+    first-class function of LANE_SIG, compiled (or loaded from the disk cache) on its own: the engine's loops call it
+    through its address (seq_engine_kernels' LANE sections), so compiling them neither waits for nor repeats the
+    kernel's optimisation. None for a plug-in without lanes."""
+    if model_module not in _LANE_KERNELS:
+        name = getattr(importlib.import_module(model_module), "LANE_KERNELS", None)
+        kernel = None
+        if name:
+            module, _, function = name.partition(":")
+            dispatcher = getattr(importlib.import_module(module), function or "lanes_loss_grad")
+            kernel = CompileResultWAP(dispatcher.get_compile_result(LANE_SIG))
+        _LANE_KERNELS[model_module] = kernel
+    return _LANE_KERNELS[model_module]
+
+
+def toy_data() -> ReviewData:
+    """Two cards, five reviews, three targets: enough for every kernel of a fit and a prediction to be compiled with
+    the argument types real data gives them (SeqEngine.compile_units)."""
+    import pandas as pd
+
+    rows = pd.DataFrame({"card_id": [0, 0, 1], "delta_t": [1.0, 3.0, 2.0], "y": [1, 0, 1],
+                         "seq_start": [0, 0, 3], "seq_pos": [1, 2, 1]})
+    return ReviewData(rows, np.array([0.0, 1.0, 3.0, 0.0, 2.0]), np.array([3, 3, 1, 1, 3], dtype=np.int8))
 
 
 def card_order(sel: np.ndarray, start: np.ndarray, pos: np.ndarray, n_seq: int) -> np.ndarray:
@@ -337,7 +380,18 @@ class SeqEngine:
 
     @property
     def k(self):
+        """The compiled kernels (a lane plug-in's trainer passes on its lane kernel alone: `instantiate`)."""
         return instantiate(self.model_module)
+
+    @property
+    def lanes(self):
+        """The plug-in's lane kernel for the trainer (`lane_kernel`), or None."""
+        return lane_kernel(self.model_module)
+
+    @property
+    def k_fallback(self):
+        """The kernels whose trainer passes take a batch the lane kernel refuses card by card."""
+        return instantiate(self.model_module, fallback=True)
 
     def _w(self, w) -> np.ndarray:
         w = np.ascontiguousarray(w, dtype=np.float64)
@@ -402,10 +456,23 @@ class SeqEngine:
         equal_lengths: with the "length" batchings, every row has the same sort key (upstream's len(tensor) of a
         fixed-size feature vector: DASH, HLR), so the batches are the time-ordered rows in `sort_kind`'s tie order
         (NUMPY126: numpy 1.26's, upstream's)."""
+        w0 = self.clip(self._w(w0))
+        args = self._adam_args(w0, train, cfg, w_init, sigma, grad_mask, keep, lr, betas, seed, check_every_epoch,
+                               batching, sort_kind, keep_last, weights, prior_scale, equal_lengths)
+        if args is None:  # no training rows, or no epochs
+            return w0
+        best_w, _, done = self.k.adam_fit(*args, self.lanes)
+        if not done:  # the lane kernel refused a pass: the whole fit again, such batches card by card
+            best_w, _, _ = self.k_fallback.adam_fit(*args, self.lanes)
+        return self.clip(best_w)
+
+    def _adam_args(self, w0, train, cfg, w_init, sigma, grad_mask, keep, lr, betas, seed, check_every_epoch,
+                   batching, sort_kind, keep_last, weights, prior_scale, equal_lengths) -> tuple | None:
+        """adam_fit's arguments but its last (the lane kernel) for `fit`'s (w0 clipped), or None when there is
+        nothing to train."""
         n_epoch = int(getattr(cfg, "n_epoch", 5))
         batch_size = int(getattr(cfg, "batch_size", 512))
         max_seq_len = int(getattr(cfg, "max_seq_len", 64))
-        w0 = self.clip(self._w(w0))
         inv_var, w_init, mask = fit_prior(w0, None if sigma is None else self._w(w_init), sigma, grad_mask)
         if prior_scale != 1.0:
             inv_var = inv_var * prior_scale
@@ -415,7 +482,7 @@ class SeqEngine:
         cards = with_target_inputs(training_cards(train, weights, max_seq_len, keep), self.model_module)
         n_cards = len(cards.c_start)
         if n_cards == 0 or n_epoch <= 0:
-            return w0
+            return None
         if batching == "cards":
             items, orders, bounds, n_batches = self._card_batches(cards, n_epoch, batch_size, seed)
         elif batching in ("length", "length-shared"):
@@ -424,10 +491,40 @@ class SeqEngine:
                                                                     equal_lengths=equal_lengths)
         else:
             raise ValueError(f"unknown batching {batching!r}")
-        best_w, _ = self.k.adam_fit(w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(),
-                                    cards.t_y, cards.t_wt, cards.max_n, items, orders, bounds, n_batches, float(lr),
-                                    np.asarray(betas, dtype=np.float64), bool(check_every_epoch), bool(keep_last))
-        return self.clip(best_w)
+        return (w0, self.opts, w_init, inv_var, mask, self.lower, self.upper, *cards.args(), cards.t_y, cards.t_wt,
+                cards.max_n, items, orders, bounds, n_batches, float(lr), np.asarray(betas, dtype=np.float64),
+                bool(check_every_epoch), bool(keep_last))
+
+    def compile_units(self, train: bool = True) -> list[Unit]:
+        """The engine's compiled code as independent units (models/jit.Unit), which a first run compiles side by side
+        (warmup.py): the plug-in's lane kernel, and the trainer's and the predictions' loops. The loops' argument
+        types are those of a toy card set, and the lane kernel's type is its contract's (LANE_SIG), so that the
+        loops compile without it. `train`: False for a model that only predicts (its default weights)."""
+        name = self.model_module
+        units = []
+        lanes = getattr(importlib.import_module(name), "LANE_KERNELS", None)
+        if train and lanes:
+            units.append(Unit(f"lane kernel {lanes}", 4.0, partial(lane_kernel, name)))
+        units.append(Unit(f"engine loops of {name}" + ("" if train else " (predictions)"), 2.0,
+                          partial(self._compile_loops, train)))
+        return units
+
+    def _compile_loops(self, train: bool = True) -> None:
+        """Compile (or load) adam_fit and the predictions' kernels for the types a fit passes them, on a toy set."""
+        data = toy_data()
+        w0 = self.clip(np.zeros(len(self.lower)))
+        self.predict(w0, data)
+        if not train:
+            return
+        args = self._adam_args(w0, data, None, w0, None, None, None, LR, (0.9, 0.999), SEED, False, "cards", "stable",
+                               False, None, 1.0, False)
+        lanes = types.FunctionType(LANE_SIG) if self.lanes_named else types.none
+        self.k.adam_fit.compile(tuple(typeof(a) for a in args) + (lanes,))
+
+    @property
+    def lanes_named(self) -> bool:
+        """Whether the plug-in names lane kernels (LANE_KERNELS)."""
+        return bool(getattr(importlib.import_module(self.model_module), "LANE_KERNELS", None))
 
     def _card_batches(self, cards: Cards, n_epoch: int, batch_size: int, seed: int):
         """Whole cards, in a new random order every epoch (numpy Generator), cut at >= batch_size targets."""

@@ -220,43 +220,79 @@ def card_loss(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, p
 
 
 # ---- CARD-BATCH-BEGIN (left out when the plug-in names lane kernels: LANE_KERNELS)
-@njit(cache=True)
-def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc):
-    """Adds the gradient of Σ weight·BCE over the work items `batch` (rows of items) into gwc, card by card."""
+LANES_ONLY = False
+
+
+@njit(cache=True, inline="always")
+def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc, lanes):
+    """Adds the gradient of Σ weight·BCE over the work items `batch` (rows of items) into gwc, card by card.
+    Returns True (the batch was taken; see LANE-ONLY). `lanes`: None here."""
     for it in batch:
         card_loss_grad(wc, seq_dt, seq_g, c_start[items[it, 0]], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
                        items[it, 2], buf, gwc)
+    return True
 
 
-@njit(cache=True)
-def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
+@njit(cache=True, inline="always")
+def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes):
     """Σ weight·BCE over every card: the fit's objective without its prior."""
     return loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n)
 # ---- CARD-BATCH-END
 
-# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS: its lanes_loss_grad; card_items
-# from models/lanes.py)
-@njit(cache=True)
-def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc):
+# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS). `lanes` is its lanes_loss_grad,
+# passed in as a first-class function (seq_engine.lane_kernel: called through its address, not compiled into these
+# loops), so that the kernel and the engine compile apart: in parallel, and the kernel's code optimised once.
+LANES_ONLY = False
+
+
+@njit(cache=True, inline="always")
+def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc, lanes):
     """Adds the gradient of Σ weight·BCE over the work items `batch` into gwc by the plug-in's lane kernel (cards
-    side by side); a batch it cannot lay out (NaN, nothing added) runs card by card."""
-    if math.isnan(lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc,
-                                  False, True)):
+    side by side); a batch it cannot lay out (NaN, nothing added) runs card by card. Returns True."""
+    if math.isnan(lanes(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, False, True)):
         for it in batch:
             card_loss_grad(wc, seq_dt, seq_g, c_start[items[it, 0]], items[it, 3], t_pos, t_dt, t_y, t_wt,
                            items[it, 1], items[it, 2], buf, gwc)
+    return True
 
 
-@njit(cache=True)
-def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n):
+@njit(cache=True, inline="always")
+def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes):
     """Σ weight·BCE over every card by the lane kernel's forward pass (card by card if it cannot lay them out)."""
-    items = card_items(c_start, c_n, c_tb, c_te)
-    loss = lanes_loss_grad(precompute(w, opts), seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items,
-                           np.arange(len(c_start)), max_n, np.zeros(0), True, False)
+    loss = lane_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes)
     if math.isnan(loss):
         return loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n)
     return loss
 # ---- LANE-BATCH-END
+
+# ---- LANE-ONLY-BEGIN (the lane kernel alone: what a fit compiles first. Any NaN from the lane kernel ends
+# adam_fit at once, reporting it, and the caller runs the fit again on the LANE-BATCH instance, which takes such
+# batches card by card: the same weights, and the card loops compiled only for the fits that need them.)
+LANES_ONLY = True
+
+
+@njit(cache=True, inline="always")
+def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc, lanes):
+    """Adds the gradient of Σ weight·BCE over the work items `batch` into gwc by the plug-in's lane kernel;
+    False (nothing added) for a batch it cannot lay out."""
+    return not math.isnan(lanes(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, False,
+                                True))
+
+
+@njit(cache=True, inline="always")
+def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes):
+    """Σ weight·BCE over every card by the lane kernel's forward pass; NaN when it cannot lay them out."""
+    return lane_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes)
+# ---- LANE-ONLY-END
+
+# ---- LANE-LOSS-BEGIN (with either lane section)
+@njit(cache=True, inline="always")
+def lane_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes):
+    """Σ weight·BCE over every card by the lane kernel's forward pass (NaN if it cannot lay them out)."""
+    items = card_items(c_start, c_n, c_tb, c_te)
+    return lanes(precompute(w, opts), seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, np.arange(len(c_start)),
+                 max_n, np.zeros(0), True, False)
+# ---- LANE-LOSS-END
 
 
 @njit(cache=True)
@@ -295,16 +331,19 @@ def loss_grad_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_d
 
 @njit(cache=True)
 def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt,
-             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch, keep_last=False):
+             t_y, t_wt, max_n, items, orders, bounds, n_batches, lr, betas, check_every_epoch, keep_last, lanes):
     """Adam with a per-step cosine schedule, penalty·B/N per batch, frozen parameters (grad_mask 0), clipping after
     every step (the box, then the model's `project`, a no-op unless it defines one), and the best full objective
     among the initial weights and the end of every epoch (check_every_epoch) or of the last one only; keep_last
     returns the weights training ends with instead, and NaN for the objective (no full loss pass at all: two
     forward passes over the data saved, ~15% of FSRS-7's training).
 
-    opts: the model's run-time options (models/seq_model_stub.py: precompute).
+    opts: the model's run-time options (models/seq_model_stub.py: precompute); lanes: the plug-in's lane kernel as a
+    first-class function (seq_engine.lane_kernel), or None.
     Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
-    Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e]."""
+    Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e].
+    Returns (weights, objective, True), or (the current weights, NaN, False) at once when the LANE-ONLY instance's lane kernel
+    refuses a pass (the caller then runs the fit on the LANE-BATCH instance)."""
     n_epoch = orders.shape[0]
     n_targets = len(t_pos)
     n_w = len(w0)
@@ -322,8 +361,10 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
     best_w = w.copy()
     best = math.nan  # keep_last: no objective is needed (the start's and the end's loss passes are skipped)
     if not keep_last:
-        best = fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
-            + l2_prior(w, w_init, inv_var)
+        loss = fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes)
+        if LANES_ONLY and math.isnan(loss):
+            return w, loss, False
+        best = loss + l2_prior(w, w_init, inv_var)
     step_no = 0
     for e in range(n_epoch):
         for b in range(n_batches[e]):
@@ -334,7 +375,9 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
             nt = 0
             for it in batch:
                 nt += items[it, 2] - items[it, 1]
-            batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc)
+            if not batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc,
+                                   lanes):
+                return w, math.nan, False
             precompute_vjp(w, opts, wc, gwc, grad)
             scale = nt / n_targets
             for j in range(n_w):
@@ -349,11 +392,14 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
         if keep_last:
             continue
         if check_every_epoch or e == n_epoch - 1:
-            cur = fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n) \
-                + l2_prior(w, w_init, inv_var)
+            loss = fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes)
+            if LANES_ONLY and math.isnan(loss):
+                return w, loss, False
+            cur = loss + l2_prior(w, w_init, inv_var)
             if cur < best:
                 best = cur
-                best_w[:] = w
+                for j in range(n_w):  # (a slice assignment compiles numba's shape-mismatch message: ~1 s)
+                    best_w[j] = w[j]
     if keep_last:
-        return w, best
-    return best_w, best
+        return w, best, True
+    return best_w, best, True

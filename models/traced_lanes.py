@@ -50,6 +50,7 @@ import math
 import numpy as np
 from numba import njit
 
+from models.jit import inlined
 from models.lanes import I_DT, I_G, I_W, LANES, pack_group
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR
 from models.vec_math import exp1, log1, log1p1, tanh1
@@ -104,7 +105,7 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
     return loss
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@inlined(error_model="numpy")
 def group_loss(X, A, n_pos, nl):
     """Add each target's weight·BCE (kernel_math.bce, torch's log floor) to the lanes' loss sums."""
     for k in range(1, n_pos):
@@ -116,7 +117,7 @@ def group_loss(X, A, n_pos, nl):
             A[J_LOSS, lane] += -wts * lr if wts > 0.0 else (wts * lf if wts < 0.0 else 0.0)
 '''
 
-_JIT = '@njit(cache=True, inline="always", error_model="numpy")'
+_JIT = '@inlined(error_model="numpy")'
 _WEIGHT_READ = re.compile(r"^    v\d+ = (float\()?w\[\d+\]\)?$")
 
 

@@ -15,7 +15,7 @@ from numba import njit
 from models import fsrs6 as ff
 from models import fsrs6_kernels as fk
 from models import fsrs6_lanes as fl
-from models.seq_engine import Cards, SeqEngine
+from models.seq_engine import LR, SEED, Cards, SeqEngine
 from models.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
 from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
@@ -178,20 +178,45 @@ def test_lanes_refuse_a_target_off_the_layout():
 
 
 def test_engine_falls_back_to_cards_off_the_layout():
-    """The engine's objective pass (fit_loss) and trainer batches run card by card where the lanes refuse."""
+    """The fallback instance's objective pass (fit_loss) and trainer batches run card by card where the lanes
+    refuse; the instance a fit compiles first (LANE-ONLY) reports the refusal instead of adding anything."""
     data = _off_layout_data()
     eng = ff.engine()
     cards = Cards(data)
     w = np.array(ff.DEFAULT_W)
     args = (w, eng.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n)
-    assert eng.k.fit_loss(*args) == eng.k.loss_cards(*args)
+    k = eng.k_fallback
+    assert k.fit_loss(*args, eng.lanes) == k.loss_cards(*args)
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    wc = eng.k.precompute(w, eng.opts)
+    wc = k.precompute(w, eng.opts)
     g_batch, g_cards = np.zeros(len(wc)), np.zeros(len(wc))
-    eng.k.batch_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
-                          cards.t_wt, items, np.arange(len(items)), cards.max_n, eng.k.scratch(cards.max_n), g_batch)
-    eng.k.loss_grad_cards(w, eng.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, g_cards)
+    batch_args = (wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt, items,
+                  np.arange(len(items)), cards.max_n, k.scratch(cards.max_n))
+    assert k.batch_loss_grad(*batch_args, g_batch, eng.lanes)
+    k.loss_grad_cards(w, eng.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, g_cards)
     np.testing.assert_array_equal(g_batch[:21], g_cards[:21])
+    lean, g_lean = eng.k, np.zeros(len(wc))
+    assert math.isnan(lean.fit_loss(*args, eng.lanes))
+    assert not lean.batch_loss_grad(*batch_args, g_lean, eng.lanes) and not g_lean.any()
+
+
+def test_a_fit_the_lanes_refuse_is_the_fallback_instances_fit():
+    """SeqEngine.fit runs a fit whose passes the lane kernel refuses again on the fallback instance: its weights are
+    that instance's adam_fit's, as if it had run alone."""
+    data = _off_layout_data()
+    eng = ff.engine()
+    w0 = np.array(ff.DEFAULT_W)
+    got = eng.fit(w0, data, None, w_init=w0, sigma=ff.SIGMA)
+    cards = Cards(data)
+    items, orders, bounds, n_batches = eng._card_batches(cards, 5, 512, SEED)
+    inv_var = 1.0 / np.asarray(ff.SIGMA) ** 2
+    args = (eng.clip(w0), eng.opts, w0, inv_var, np.ones(len(w0)), eng.lower, eng.upper, *cards.args(), cards.t_y,
+            cards.t_wt, cards.max_n, items, orders, bounds, n_batches, LR, np.array([0.9, 0.999]), False, False,
+            eng.lanes)
+    assert eng.k.adam_fit(*args)[2] is False
+    want, _, done = eng.k_fallback.adam_fit(*args)
+    assert done and not np.array_equal(want, w0)
+    np.testing.assert_array_equal(got, eng.clip(want))
 
 
 def test_fit_with_lanes_follows_the_scalar_fit(tmp_path, monkeypatch):

@@ -92,11 +92,11 @@ def test_edited_plugin_gets_a_fresh_engine_copy(tmp_path, monkeypatch):
     try:
         for text in (source, source, source.replace("N_ADJ = 1", "N_ADJ = 1  # edited")):
             plugin.write_text(text, encoding="utf-8")
-            seq_engine._INSTANCES.pop("digest_probe_plugin", None)
+            seq_engine._INSTANCES.pop(("digest_probe_plugin", False), None)
             sys.modules.pop("digest_probe_plugin", None)
             names.append(seq_engine.instantiate("digest_probe_plugin").__name__)
     finally:
-        seq_engine._INSTANCES.pop("digest_probe_plugin", None)
+        seq_engine._INSTANCES.pop(("digest_probe_plugin", False), None)
         sys.modules.pop("digest_probe_plugin", None)
     assert names[0] == names[1]  # same plug-in: the same copy (compiled once, reused)
     assert names[0] != names[2]  # edited plug-in: another copy

@@ -139,7 +139,8 @@ def test_every_op_of_the_dialect_equals_the_scalar_kernel(dialect):
 
 def test_a_pow_off_its_domain_refuses_the_batch_and_the_engine_runs_the_cards(dialect):
     """y <= w9: the scalar code's pow(0, 2.0); the lanes add nothing and return NaN, and the engine's
-    batches and objective pass (seq_engine_kernels' LANE-BATCH section) give the card loop's values."""
+    batches and objective pass on the fallback instance (seq_engine_kernels' LANE-BATCH section) give the card
+    loop's values."""
     mod, plugin, engine = dialect
     w = np.array(mod.DEFAULT_W, float)
     w[9] = 3.0  # y starts at w1 = 2
@@ -150,16 +151,17 @@ def test_a_pow_off_its_domain_refuses_the_batch_and_the_engine_runs_the_cards(di
     ref_loss, ref_grad = scalar_loss_grad(engine, w, data)
     assert math.isfinite(ref_loss) and np.all(np.isfinite(ref_grad))
     cards = Cards(data)
-    k = engine.k
+    k = engine.k_fallback
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     wc = k.precompute(w, engine.opts)
     gwc = np.zeros(len(wc))
-    k.batch_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt,
-                      items, np.arange(len(items)), cards.max_n, k.scratch(cards.max_n), gwc)
+    assert k.batch_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
+                             cards.t_wt, items, np.arange(len(items)), cards.max_n, k.scratch(cards.max_n), gwc,
+                             engine.lanes)
     grad = np.zeros(len(w))
     k.precompute_vjp(w, engine.opts, wc, gwc, grad)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-13, atol=1e-13 * np.abs(ref_grad).max())
-    fit_loss = k.fit_loss(w, engine.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n)
+    fit_loss = k.fit_loss(w, engine.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, engine.lanes)
     assert abs(fit_loss - ref_loss) <= 1e-13 * abs(ref_loss)
 
 
