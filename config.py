@@ -161,7 +161,8 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                         "an fsspec URL (s3://bucket/prefix, gs://..., file://...); default: ../anki-revlogs-10k if "
                         "it exists, else the embedded data set in data/embedded")
     p.add_argument("--processes", type=int, default=os.cpu_count() or 1,
-                   help="worker processes, one user each (1 runs in this process)")
+                   help="worker processes, one user each (1 runs in this process); default: all cores "
+                        "(%(default)s on this machine)")
     p.add_argument("--max-user-id", dest="max_user_id", type=int, default=None, help="only users with id <= N")
     p.add_argument("--users", type=str, default=None,
                    help="comma-separated user ids or ranges (e.g. 1-100,250) to run; useful to shard over machines")
@@ -237,17 +238,13 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
 
 
 def algo_arg(choices: list[str] | None):
-    """--algo/--model: a registered name (one of `choices` when given) or a model file (*.py), loaded and checked
-    here so that a missing or broken file is one clear error (exit 2) before any work; kept as an absolute path
-    so that worker processes find it."""
+    """--algo/--model: a registered name (one of `choices` when given) or a model file (*.py), kept as an absolute
+    path so that worker processes find it. The file is loaded and checked by runner.run before any work: a missing
+    or broken one is one line, "error: path:line: what", and exit code 2 (not argparse's usage block)."""
     def parse(value: str) -> str:
-        from models.own_model import ModelFileError, is_model_path, load
+        from models.own_model import is_model_path
 
         if is_model_path(value):
-            try:
-                load(value)
-            except ModelFileError as exc:
-                raise argparse.ArgumentTypeError(str(exc)) from None
             return str(Path(value).expanduser().resolve())
         if choices is not None and value not in choices:
             raise argparse.ArgumentTypeError(f"unknown model {value!r} (choose from {', '.join(choices)}, or give "

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default="recommended",
                    help="recommended (" + ", ".join(RECOMMENDED) + "), all (every row of the table), or a comma-"
                         "separated list of rows by result name or README name")
-    p.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--processes", type=int, default=os.cpu_count() or 1,
+                   help="worker processes; default: all cores (%(default)s on this machine)")
     p.add_argument("--executor", choices=["local", "dask"], default="local", help="as in other.py")
     p.add_argument("--scheduler", default=None, help="with --executor dask: the scheduler address")
     p.add_argument("--resamples", type=int, default=2000, help="card resamples for one collection's intervals")
@@ -148,6 +149,10 @@ def run_models(chosen, inputs: Inputs, args) -> dict[str, dict]:
                      result_dir=inputs.work / "result", evaluation_dir=inputs.work / "evaluation", file=True,
                      quiet=args.quiet)
     runs = {}
+    if args.executor == "local":  # a first run compiles every chosen model's kernels at once, on every worker
+        from warmup import warm_up
+
+        warm_up([rows.config_for(row, base) for row in chosen], args.processes, args.quiet, name="models")
     overall = tqdm(chosen, desc="models", unit="model", disable=args.quiet, file=sys.stderr, position=0)
     for row in overall:
         overall.set_postfix_str(row.name)

@@ -93,3 +93,35 @@ def append_line(path: Path, obj: dict) -> None:
             _last_sync[path] = now
     finally:
         os.close(fd)
+
+
+def set_aside(path: Path, version_of, current: str) -> dict[Path, int]:
+    """Move the lines of `path` whose `version_of(line)` is not `current` into `<path>.<that version>` (appended,
+    one file per version; "unversioned" for lines without one), leaving `path` with the current lines only
+    (rewritten atomically). Returns {file: lines moved there}."""
+    lines, _ = read_results(path)
+    stale: dict[str, list[dict]] = {}
+    for obj in lines:
+        version = version_of(obj) or "unversioned"
+        if version != current:
+            stale.setdefault(version, []).append(obj)
+    if not stale:
+        return {}
+    moved = {}
+    for version, objs in stale.items():
+        aside = path.with_name(f"{path.name}.{version}")
+        with open(aside, "a", encoding="utf-8") as fh:
+            for obj in objs:
+                fh.write(json.dumps(obj) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        moved[aside] = len(objs)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for obj in lines:
+            if (version_of(obj) or "unversioned") == current:
+                fh.write(json.dumps(obj) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return moved

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dataset root (anki-revlogs-10k layout): folder or fsspec URL (s3://, gs://, file://); "
                         "default: ../anki-revlogs-10k if it exists, else the embedded data set")
     p.add_argument("--processes", type=int, default=os.cpu_count() or 1,
-                   help="worker processes (local pool, or the LocalCluster's workers); 1 runs in this process")
+                   help="worker processes (local pool, or the LocalCluster's workers); 1 runs in this process; "
+                        "default: all cores (%(default)s on this machine)")
     p.add_argument("--users", default=None, help="only these user ids or ranges, e.g. 1-1000,2500")
     p.add_argument("--max-user-id", dest="max_user_id", type=int, default=None, help="only users with id <= N")
     p.add_argument("--result-dir", dest="result_dir", type=Path, default=REPO_ROOT / "result",

@@ -21,7 +21,7 @@ from data_loader import DataError, list_user_ids, resolve_data_root, review_coun
 from local_pool import MAX_WORKER_DEATHS, device_slots, run_pool
 from pipeline import (PreparedUser, UserOutcome, evaluate_chunk, evaluate_user, finish_user, fit_predict_fold, log,
                       prepare_user)
-from result_store import append_line, locked, read_results, rewrite_sorted
+from result_store import append_line, locked, read_results, rewrite_sorted, set_aside
 
 __all__ = ["run", "main", "RunSummary", "per_user_reason", "UserOutcome", "PreparedUser", "prepare_user",
            "fit_predict_fold", "finish_user", "evaluate_user", "evaluate_chunk", "read_results", "append_line",
@@ -53,6 +53,16 @@ def per_user_reason(cfg: RunConfig) -> str | None:
         if on:
             return f"{flag} runs users one by one"
     return None
+
+
+VERSION_KEY = "model_sha1"  # a model file's result lines: the sha1 of the file that produced them (its first 12)
+
+
+def model_version(cfg: RunConfig) -> str | None:
+    """The content digest of a model file (`--model path/to/file.py`), None for a registered model."""
+    from models.own_model import file_version, is_model_path
+
+    return file_version(cfg.algo) if is_model_path(cfg.algo) else None
 
 
 def run(cfg: RunConfig, client=None) -> RunSummary:
@@ -104,6 +114,12 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
         print(f"{result_path}: dropped {dropped} unreadable line(s) left by an interrupted run", file=sys.stderr)
     if cfg.raw:
         rewrite_sorted(raw_path)
+    version = model_version(cfg)
+    if version:  # a model file's results belong to its content: an edited file's old ones are set aside, not reused
+        for path in [result_path] + ([raw_path] if cfg.raw else []):
+            for aside, n in set_aside(path, lambda obj: obj.get(VERSION_KEY), version).items():
+                print(f"{cfg.name}: {n} result(s) in {path.name} came from another version of {cfg.algo}: moved to "
+                      f"{aside.name}; those users run again", file=sys.stderr)
     finished = {int(obj["user"]) for obj in read_results(result_path)[0]}
 
     users = list_user_ids(root)
@@ -133,6 +149,10 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
             summary.skipped[outcome.user] = outcome.skipped
             log(f"user {outcome.user}: skipped: {outcome.skipped}")
         else:
+            if version:
+                outcome.record[VERSION_KEY] = version
+                if outcome.raw is not None:
+                    outcome.raw[VERSION_KEY] = version
             if outcome.raw is not None:
                 append_line(raw_path, outcome.raw)
             if outcome.table is not None:
@@ -144,6 +164,10 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
             append_line(result_path, outcome.record)  # last: the line marks the user as done
             summary.done += 1
 
+    if todo and cfg.executor != "dask" and not batched:  # a first run compiles its kernels on every worker first
+        from warmup import warm_up
+
+        warm_up([cfg], cfg.processes, cfg.quiet)
     bar = tqdm(total=len(todo), desc=cfg.name, unit="user", disable=cfg.quiet or not todo, file=sys.stderr)
     try:
         if cfg.executor == "dask" and todo:  # (never batched: per_user_reason)

@@ -7,43 +7,12 @@ DEFAULT_W, init/step/curve, ...; models/own_model.py), which the card-major auto
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import os
-import sys
-import tempfile
-from pathlib import Path
 
 from models.base import InadequateData, Model, ReviewData
+from models.jit_cache import use_cache_folder
 
-
-def _compiled_code_dir() -> None:
-    """Keep numba's disk cache of compiled kernels in a folder named after the sources of this package.
-
-    numba checks a cached function against its own file only; a kernel that calls an @njit function of another
-    module (every engine plug-in does, and the engine kernels call the plug-ins) would otherwise keep running the
-    old machine code after that other module changed. One cache folder per version of models/*.py makes any edit
-    start from a clean cache (compiled again once, then reused). NUMBA_CACHE_DIR, when set, wins."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return
-    here = Path(__file__).resolve().parent
-    digest = hashlib.sha1()
-    for path in sorted(here.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    for base in (here.parent / ".cache", Path(tempfile.gettempdir()) / "srs-bench-cache"):
-        target = base / f"numba-{digest.hexdigest()[:12]}"
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(target, os.W_OK):
-            os.environ["NUMBA_CACHE_DIR"] = str(target)
-            if "numba" in sys.modules:  # read when each @njit(cache=True) function is defined
-                sys.modules["numba"].config.CACHE_DIR = str(target)
-            return
-
-
-_compiled_code_dir()
+use_cache_folder()  # numba's disk cache of compiled kernels: this version's folder (models/jit_cache.py)
 
 REGISTRY: dict[str, str] = {
     "FSRS-7": "models.fsrs7:FSRS7",

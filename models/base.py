@@ -86,3 +86,11 @@ class Model:
     def parameters(self) -> list[float] | None:
         """What goes into the result line's `parameters` (None for models without a parameter list)."""
         return None
+
+    def compile_units(self) -> list:
+        """The compiled code this model's fits and predictions need, as independent units (models/jit.Unit) that a
+        first run compiles side by side before its users (warmup.py): by default its engine's (`self.engine`, when
+        it has compile_units); [] for none, and then a first run warms it by running it on a small user."""
+        units = getattr(getattr(self, "engine", None), "compile_units", None)
+        trains = self.n_params > 0 and getattr(getattr(self, "cfg", None), "trainer", "fast") == "fast"
+        return units(train=trains) if units else []

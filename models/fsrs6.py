@@ -113,6 +113,11 @@ class FSRS6(Model):
         self.w_init: list[float] | None = None
         self.train_result = None  # training.TrainResult of the upstream-style trainer
 
+    def compile_units(self) -> list:
+        """The engine's units: its trainer's only when this row trains on it (not --default, --S0, the torch
+        trainer)."""
+        return engine().compile_units(train=self.n_params > 4 and getattr(self.cfg, "trainer", "fast") == "fast")
+
     def fit(self, train: ReviewData) -> "FSRS6":
         if self.cfg.default:
             return self

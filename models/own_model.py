@@ -63,6 +63,12 @@ def is_model_path(spec: str) -> bool:
     return str(spec).endswith(".py")
 
 
+def file_version(path: str | Path) -> str:
+    """The first 12 hex digits of the sha1 of a model file's content: what its results and compiled code belong
+    to (an edited file gets new ones)."""
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
+
+
 def declared_name(path: str | Path) -> str:
     """NAME = "..." of a model file, read without running it (the result-file name is needed before any model is
     imported); the file's stem if it declares none."""
@@ -121,12 +127,27 @@ def check(module: ModuleType, where: str) -> None:
         raise ModelFileError(f"{where}: {exc}") from exc
 
 
+def refuse_unbatchable(module: ModuleType) -> None:
+    """ModelFileError (its line named) for a model file that turns a tensor into a Python value (an `if` on it,
+    float(), .item()): the tracer cannot compile it, and the autograd engine, which steps a batch of cards at once,
+    fails on it for every user. Tracing here (its plug-in is kept for the run) refuses it before any user runs."""
+    from models.traced import TraceError, compile_module
+
+    try:
+        compile_module(module)
+    except TraceError as exc:
+        if not exc.batchable:
+            where = exc.where(module.__file__) or module.__file__
+            raise ModelFileError(f"{where}: {exc}") from None
+
+
 def model_class(target: str | Path | ModuleType, name: str | None = None) -> type:
     """A `Model` class around a model file (a path) or an imported contract module (a registry entry)."""
     if isinstance(target, ModuleType):
         module = target
     elif is_model_path(str(target)):
         module = load(target)
+        refuse_unbatchable(module)
     else:
         module = importlib.import_module(str(target))
         check(module, str(target))

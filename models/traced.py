@@ -89,13 +89,30 @@ from __future__ import annotations
 import math
 import os
 import sys
+import traceback
 
 import numpy as np
 import torch
 
 
 class TraceError(RuntimeError):
-    """The model uses something the tracer does not handle; the message names it."""
+    """The model uses something the tracer does not handle; the message names it. `batchable` False: the model
+    turns a tensor into a Python value (an `if` on it, float(), .item(), an index), which no engine can run either
+    (the autograd engine's batches of cards make that value ambiguous): own_model refuses such a file up front.
+    `frames`: the call stack where it was raised, to name the model file's line (`where`)."""
+
+    def __init__(self, message: str, batchable: bool = True):
+        super().__init__(message)
+        self.batchable = batchable
+        self.frames = traceback.extract_stack()[:-1]
+
+    def where(self, path: str) -> str | None:
+        """"file:line (`source`)" of the innermost frame in the file `path` when it raised, or None."""
+        path = os.path.realpath(path)
+        for frame in reversed(self.frames):
+            if os.path.realpath(frame.filename) == path:
+                return f"{frame.filename}:{frame.lineno} (`{(frame.line or '').strip()}`)"
+        return None
 
 
 # --------------------------------------------------------------------------------------------------- dtypes
@@ -175,19 +192,19 @@ class Proxy:
 
     # ---- Python protocol: refused where a traced value would steer Python
     def __bool__(self):
-        raise TraceError("Python control flow on a traced value (bool()/if/and/or); use torch.where")
+        raise TraceError("Python control flow on a traced value (bool()/if/and/or); use torch.where", batchable=False)
 
     def __float__(self):
-        raise TraceError("float() of a traced value")
+        raise TraceError("float() of a traced value", batchable=False)
 
     def __int__(self):
-        raise TraceError("int() of a traced value")
+        raise TraceError("int() of a traced value", batchable=False)
 
     def __index__(self):
-        raise TraceError("a traced value used as a Python index")
+        raise TraceError("a traced value used as a Python index", batchable=False)
 
     def item(self):
-        raise TraceError(".item() of a traced value")
+        raise TraceError(".item() of a traced value", batchable=False)
 
     def __len__(self):
         raise TraceError("len() of a traced value")
@@ -1202,6 +1219,10 @@ class CompiledOwnEngine:
 
     def clip(self, w) -> np.ndarray:
         return self.seq.clip(w)
+
+    def compile_units(self, train: bool = True) -> list:
+        """The generated plug-in's engine units (SeqEngine.compile_units)."""
+        return self.seq.compile_units(train)
 
     def predict(self, w, data):
         return self.seq.predict(w, data)

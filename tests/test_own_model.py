@@ -105,6 +105,56 @@ def test_other_py_exits_2_with_one_line_for_a_missing_file(tmp_path):
     assert "nope.py not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_file_breaking_the_contract_is_one_line_without_the_usage_block(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("DEFAULT_W = [1.0]\ndef init(w, g, t): pass\ndef curve(w, s, t): pass\n")
+    proc = subprocess.run([sys.executable, "other.py", "--model", str(path)], cwd=REPO_ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: {path}: no function step(...) (or torch_step)"]
+
+
+def test_an_if_on_a_tensor_is_refused_before_any_user_naming_its_line(tmp_path):
+    """A step that steers Python with a tensor value cannot run on either engine (the autograd engine steps a
+    batch of cards, where the value is ambiguous): exit 2, the file and line named, no user run."""
+    text = EXP4.read_text().replace(
+        "    return (torch.clamp(torch.where(g > 1, s_pass, s_fail), S_MIN, S_MAX),)",
+        "    if g > 1:\n        return (torch.clamp(s_pass, S_MIN, S_MAX),)\n    return (torch.clamp(s_fail, S_MIN, S_MAX),)")
+    path = tmp_path / "branchy.py"
+    path.write_text(text)
+    line = text.splitlines().index("    if g > 1:") + 1
+    proc = subprocess.run([sys.executable, "other.py", "--model", str(path), "--result-dir", str(tmp_path)],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {path}:{line} (`if g > 1:`): Python control flow on a traced value (bool()/if/and/or); use "
+        "torch.where"]
+    assert not (tmp_path / "EXP-4.jsonl").exists()
+
+
+def test_an_edited_model_file_does_not_reuse_its_old_results(tmp_path, capsys):
+    """Results carry the file's content digest: after an edit, the old version's lines are moved to a file of their
+    own (named after that digest) and every user runs again; the unedited file resumes as before."""
+    from models.own_model import file_version
+
+    path = tmp_path / "mine.py"
+    path.write_text(EXP4.read_text())
+    first = file_version(path)
+    cfg = RunConfig(algo=str(path), processes=1, users=[3], result_dir=tmp_path / "result", quiet=True)
+    assert run(cfg).done == 1
+    assert run(cfg).already == 1  # same file: resumed
+    old = read_results(tmp_path / "result" / "EXP-4.jsonl")[0]
+    assert [line["model_sha1"] for line in old] == [first]
+    path.write_text(EXP4.read_text().replace("DEFAULT_W = [1.0, 0.7, 3.0, 0.3]", "DEFAULT_W = [1.0, 0.7, 3.0, 0.4]"))
+    summary = run(cfg)
+    assert summary.done == 1 and summary.already == 0
+    assert f"1 result(s) in EXP-4.jsonl came from another version of {path}: moved to EXP-4.jsonl.{first}" \
+        in capsys.readouterr().err
+    assert read_results(tmp_path / "result" / f"EXP-4.jsonl.{first}")[0] == old
+    new = read_results(tmp_path / "result" / "EXP-4.jsonl")[0]
+    assert [line["model_sha1"] for line in new] == [file_version(path)] != [first]
+
+
 def test_runner_reports_a_broken_file_as_a_data_error(tmp_path):
     from data_loader import DataError
 

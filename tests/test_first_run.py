@@ -1,0 +1,154 @@
+"""The first run: kernels compiled beforehand in units on every worker (warmup.py), the compiled-code folder in the
+user's cache (models/jit_cache.py), and the ICI's statsmodels loop while its kernel is not compiled."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba.core import event
+
+import metrics
+import warmup
+from config import EMBEDDED_DATA, REPO_ROOT, RunConfig
+from models.jit import Unit
+
+
+class _Compiles(event.Listener):
+    def __init__(self):
+        self.names = []
+
+    def on_start(self, ev):
+        self.names.append(ev.data["dispatcher"].py_func.__qualname__)
+
+    def on_end(self, ev):
+        pass
+
+
+def test_fsrs6_units_are_its_lane_kernel_and_the_engine_loops():
+    labels = [u.label for u in warmup.units(RunConfig(algo="FSRS-6"))]
+    assert labels == ["lane kernel models.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+    assert [u.label for u in warmup.units(RunConfig(algo="FSRS-6", default=True))] == [
+        "engine loops of models.fsrs6_kernels (predictions)"]
+    assert [u.label for u in warmup.units(RunConfig(algo="AVG"))] == ["toy run of AVG"]
+
+
+def test_after_the_warm_up_a_user_compiles_nothing():
+    """The units cover what a user of the row needs: once they are built (here or by an earlier test, in this
+    session's cache), evaluating a user starts no compilation; and nothing is pending any more."""
+    import pipeline
+
+    cfg = RunConfig(algo="FSRS-6", processes=1, quiet=True)
+    warmup.warm_up([cfg], processes=1, quiet=True)
+    assert warmup.pending([cfg]) == []
+    listener = _Compiles()
+    with event.install_listener("numba:compile", listener):
+        outcome = pipeline.evaluate_user(warmup.TOY_USER, cfg, EMBEDDED_DATA)
+    assert outcome.record is not None and listener.names == []
+
+
+def _note(path):
+    return Unit(f"note {path.name}", 1.0, lambda: path.write_text(str(os.getpid())))
+
+
+def test_units_run_on_several_workers_once_and_leave_markers(tmp_path, monkeypatch):
+    """warm_up runs each pending unit once, on a pool of workers when there are several, and marks it done; a unit
+    that fails is reported in one line and not marked."""
+    monkeypatch.setattr("numba.config.CACHE_DIR", str(tmp_path / "cache"))
+    done = [tmp_path / f"u{i}" for i in range(3)]
+
+    def fails():
+        raise ValueError("no luck")
+
+    units = [_note(p) for p in done] + [Unit("bad", 2.0, fails)]
+    monkeypatch.setattr(warmup, "units", lambda cfg: units)
+    warmup.warm_up([RunConfig()], processes=2, quiet=True)
+    pids = {p.read_text() for p in done}
+    assert str(os.getpid()) not in pids and len(pids) >= 1  # built in the workers
+    assert [u.label for u in warmup.pending([RunConfig()])] == ["bad"]
+    for p in done:
+        p.unlink()
+    warmup.warm_up([RunConfig()], processes=2, quiet=True)
+    assert not any(p.exists() for p in done)  # marked: not built again
+
+
+def test_a_first_run_says_it_is_compiling(tmp_path):
+    """A cold cache: the progress line names the model and says it compiles once; the next run has no such line."""
+    env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path / "cache"))
+    env.pop("NUMBA_CACHE_DIR", None)
+    cmd = [sys.executable, "other.py", "--model", "AVG", "--users", "3", "--processes", "1", "--result-dir"]
+    first = subprocess.run(cmd + [str(tmp_path / "r1")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert first.returncode == 0 and "AVG: compiling, first run only" in first.stderr
+    second = subprocess.run(cmd + [str(tmp_path / "r2")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert second.returncode == 0 and "compiling" not in second.stderr
+
+
+def _cache_folder(env_extra, tmp_path):
+    code = "import models, os; print(os.environ['NUMBA_CACHE_DIR'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "SRS_BENCH_CACHE", "XDG_CACHE_HOME")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_compiled_code_folder_is_in_the_users_cache_and_named_after_the_sources(tmp_path):
+    from models.jit_cache import version_digest
+
+    name = f"numba-{version_digest()}"
+    assert _cache_folder({"HOME": str(tmp_path)}, tmp_path) == str(tmp_path / ".cache" / "srs-bench" / name)
+    assert _cache_folder({"XDG_CACHE_HOME": str(tmp_path / "x")}, tmp_path) == str(tmp_path / "x" / "srs-bench" /
+                                                                                     name)
+    assert _cache_folder({"SRS_BENCH_CACHE": str(tmp_path / "s")}, tmp_path) == str(tmp_path / "s" / name)
+    assert _cache_folder({"NUMBA_CACHE_DIR": str(tmp_path / "n")}, tmp_path) == str(tmp_path / "n")
+
+
+def test_the_folder_follows_every_compiled_source_and_old_ones_are_pruned(tmp_path):
+    """A copy of the package with one kernel file edited gets another folder; folders of other versions unused
+    for 30 days are removed, recent ones kept."""
+    import shutil
+
+    copy = tmp_path / "clone"
+    shutil.copytree(REPO_ROOT / "models", copy / "models", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "lowess.py", copy / "lowess.py")
+    code = textwrap.dedent("""
+        import sys; sys.path.insert(0, sys.argv[1])
+        from models.jit_cache import version_digest; print(version_digest())
+    """)
+    digest = lambda: subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True,  # noqa
+                                    check=True).stdout.strip()
+    before = digest()
+    (copy / "lowess.py").write_text((copy / "lowess.py").read_text() + "\n# edited\n")
+    assert digest() != before
+    base = tmp_path / "cache"
+    old, recent = base / "numba-000000000000", base / "numba-111111111111"
+    old.mkdir(parents=True)
+    recent.mkdir()
+    os.utime(old, (0, 0))
+    _cache_folder({"SRS_BENCH_CACHE": str(base)}, tmp_path)
+    assert not old.exists() and recent.exists()
+
+
+def test_the_ici_takes_statsmodels_loop_while_its_kernel_is_not_compiled(monkeypatch):
+    """Below LOWESS_KERNEL_MIN_COLD predictions a run never compiles the kernel for the ICI (the same values from
+    statsmodels' loop, tests/test_split_metrics.py); once it is at hand it is used from LOWESS_KERNEL_MIN on."""
+    import lowess
+
+    monkeypatch.setattr(lowess, "kernel_ready", lambda: False)
+    assert not metrics._use_kernel(40_000) and metrics._use_kernel(metrics.LOWESS_KERNEL_MIN_COLD)
+    monkeypatch.setattr(lowess, "kernel_ready", lambda: True)
+    assert metrics._use_kernel(metrics.LOWESS_KERNEL_MIN) and not metrics._use_kernel(metrics.LOWESS_KERNEL_MIN - 1)
+    x = np.sort(np.random.default_rng(0).random(3000))
+    y = (np.random.default_rng(1).random(3000) < x).astype(float)
+    monkeypatch.setattr(lowess, "kernel_ready", lambda: False)
+    cold = metrics.ici(y, x)
+    monkeypatch.setattr(lowess, "kernel_ready", lambda: True)
+    assert metrics.ici(y, x) == cold
+
+
+@pytest.mark.parametrize("script", ["other.py", "script.py", "report.py", "run_table.py"])
+def test_processes_defaults_to_all_cores_as_the_readme_says(script):
+    out = subprocess.run([sys.executable, script, "--help"], cwd=REPO_ROOT, capture_output=True, text=True).stdout
+    assert f"default: all cores ({os.cpu_count()} on this machine)" in " ".join(out.split())
+    assert "| `--processes N` | worker processes (default: all cores)" in (REPO_ROOT / "README.md").read_text()

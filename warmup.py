@@ -1,0 +1,121 @@
+"""A first run compiles its kernels before its users, on all its workers at once, and says so.
+
+The models' compiled kernels are numba's, cached on disk (models/jit.py says where), so every run after the first
+loads them in milliseconds. The first run (a fresh clone, an edited model, a new machine) has to compile them, and
+left to itself each worker would compile every kernel its first user needs, all workers the same ones at the same
+time. Instead, before any user starts, the kernels are split into units (models/jit.Unit: a model's lane kernel,
+its trainer's and predictions' loops, or for a model without such units one run of the model on a small user of
+the embedded data set), which the workers compile side by side, the longest first; the progress line reads
+"FSRS-6: compiling, first run only". A unit done once leaves a marker beside numba's cache, so later runs skip
+all of this. `report.py` and `run_table.py` warm every row they will run in one go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
+from pathlib import Path
+
+import models
+from config import EMBEDDED_DATA, RunConfig
+from models.jit import Unit
+
+TOY_USER = 3  # the embedded data set's smallest user with evaluated reviews for every row (224 raw reviews)
+
+
+def _toy_run(cfg: RunConfig) -> None:
+    """The row on the embedded data set's smallest user: compiles (or loads) whatever its fits, predictions and
+    metrics need, with the types real users give them."""
+    import pipeline
+
+    outcome = pipeline.evaluate_user(TOY_USER, cfg, EMBEDDED_DATA)
+    if outcome.error:
+        raise RuntimeError(outcome.error)
+
+
+def _source_tag(cfg: RunConfig) -> str:
+    """A model file's content digest (registered models: numba's cache folder already follows models/*.py)."""
+    from models.own_model import file_version, is_model_path
+
+    return f" {file_version(cfg.algo)}" if is_model_path(cfg.algo) and Path(cfg.algo).is_file() else ""
+
+
+def units(cfg: RunConfig) -> list[Unit]:
+    """What a run of `cfg` compiles, as units: the model's own (Model.compile_units), else one toy run of the row."""
+    own = models.create(cfg).compile_units()
+    if own:
+        return own
+    if not (EMBEDDED_DATA / "revlogs" / f"user_id={TOY_USER}").exists():
+        return []
+    return [Unit(f"toy run of {cfg.name}{_source_tag(cfg)}", 3.0, partial(_toy_run, cfg))]
+
+
+def _marker(unit: Unit) -> Path:
+    from numba import config
+
+    return Path(config.CACHE_DIR) / "warm" / hashlib.sha1(unit.label.encode()).hexdigest()[:20]
+
+
+def pending(cfgs: list[RunConfig]) -> list[Unit]:
+    """The units of these runs not compiled yet (no marker), each once, the longest first."""
+    found: dict[str, Unit] = {}
+    for cfg in cfgs:
+        try:
+            for unit in units(cfg):
+                found.setdefault(unit.label, unit)
+        except Exception as exc:  # the run itself reports what is wrong with its model, user by user
+            print(f"{cfg.name}: not compiled beforehand ({type(exc).__name__}: {exc})", file=sys.stderr)
+    return sorted((u for u in found.values() if not _marker(u).exists()), key=lambda u: -u.seconds)
+
+
+_TODO: list[Unit] = []  # the units of the warm-up under way: forked workers find them here (nothing is pickled)
+
+
+def _build(index: int) -> str | None:
+    """Compile unit `index` of _TODO (in a worker); the reason when it failed."""
+    try:
+        _TODO[index].build()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def warm_up(cfgs: list[RunConfig], processes: int, quiet: bool = False, name: str | None = None) -> None:
+    """Compile the pending units of `cfgs` on `processes` workers (forked after importing the models, as the user
+    pool is), with a progress line; each unit done leaves its marker. A unit that fails is reported in one line and
+    left to the run, which compiles what it needs as it goes."""
+    todo = pending(cfgs)
+    if not todo:
+        return
+    from tqdm import tqdm
+
+    name = name or ", ".join(dict.fromkeys(cfg.name for cfg in cfgs))
+    bar = tqdm(total=len(todo), desc=f"{name}: compiling, first run only", unit="unit", disable=quiet,
+               file=sys.stderr)
+
+    def done(unit: Unit, error: str | None) -> None:
+        if error:
+            print(f"{unit.label}: not compiled beforehand ({error})", file=sys.stderr)
+        else:
+            path = _marker(unit)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(unit.label + "\n", encoding="utf-8")
+        bar.update()
+
+    _TODO[:] = todo
+    try:
+        workers = min(max(1, processes), len(todo))
+        if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+            for i, unit in enumerate(todo):
+                done(unit, _build(i))
+            return
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(_build, i): unit for i, unit in enumerate(todo)}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    finally:
+        _TODO.clear()
+        bar.close()
