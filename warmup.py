@@ -119,3 +119,39 @@ def warm_up(cfgs: list[RunConfig], processes: int, quiet: bool = False, name: st
     finally:
         _TODO.clear()
         bar.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python warmup.py [--rows ...] [--processes N]`: compile rows' kernels now (a cluster node before its
+    workers start, a CI image, a machine before a timed run)."""
+    import argparse
+    import os
+
+    import rows as table_rows
+
+    p = argparse.ArgumentParser(description="Compile the kernels of table rows now, on all cores, into the compiled-"
+                                            "code cache (models/jit_cache.py), so that their runs start warm.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--rows", default=None,
+                   help="comma-separated rows, by result-file name (FSRS-6-default) or README name; default: every "
+                        "row of the table (run_table.py --list)")
+    p.add_argument("--processes", type=int, default=os.cpu_count() or 1,
+                   help="worker processes; default: all cores (%(default)s on this machine)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    try:
+        chosen = [r for r in table_rows.select(args.rows) if table_rows.skip_reason(r) is None]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cfgs = [table_rows.config_for(row, RunConfig(processes=args.processes)) for row in chosen]
+    warm_up(cfgs, args.processes, args.quiet, name=f"{len(cfgs)} row(s)")
+    left = pending(cfgs)
+    print(f"compiled-code cache: {os.environ.get('NUMBA_CACHE_DIR')}; "
+          + (f"{len(left)} unit(s) not compiled: {', '.join(u.label for u in left)}" if left else "all rows warm"),
+          file=sys.stderr)
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -76,6 +76,7 @@ def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, reci
     grad = np.zeros(n_w)
     start = theta.copy()
     p_scratch = np.empty(len(layout[5]))
+    want = n_w >= 0  # True, as a run-time bool: a literal True would compile card_loss once more (a type of its own)
     step = 0
     for e in range(orders.shape[0]):
         order = orders[e]
@@ -84,7 +85,7 @@ def fit_card_groups(model, layout, orders, batch_size, theta, lower, upper, reci
         for b in range(n_groups):
             grad[:] = 0.0
             cards = order[bounds[b]:bounds[b + 1]]
-            card_loss(model, layout, cards, theta, True, grad, p_scratch)
+            card_loss(model, layout, cards, theta, want, grad, p_scratch)
             if size_exp != 1.0:
                 n_t = 0
                 for c in cards:

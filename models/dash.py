@@ -290,6 +290,7 @@ NO_ROW_LIMIT = 1 << 30
 class DASH(SeqModel):
     name = "DASH"
     kernels = KERNELS_DASH
+    replays_upstream_batches = True  # fit: batching "length"
     decay = False
     default_w = [0.2024, 0.5967, 0.1255, 0.6039, -0.1485, 0.572, 0.0933, 0.4801, 0.787]
     lower = [-math.inf] * 9

@@ -168,6 +168,7 @@ def __getattr__(name: str):
 class HLR(SeqModel):
     name = "HLR"
     kernels = "models.hlr"
+    replays_upstream_batches = True  # fit: batching "length-shared"
     default_w = [2.5819, -0.8674, 2.7245]
     lower = [-math.inf] * 3  # upstream has no clipper for HLR
     upper = [math.inf] * 3

@@ -16,6 +16,7 @@ A subclass sets the class attributes below and may override `initial_weights` (e
 from __future__ import annotations
 
 import importlib
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -60,6 +61,9 @@ class SeqModel(Model):
     engine_batching: str = "cards"
     # the kernels module carries torch_init/torch_step/torch_curve, so `--trainer autograd` can run it
     autograd: bool = True
+    # the fast trainer replays upstream's length-sorted batches in upstream's tie order (models/legacy_sort.py): with
+    # engine_batching "length"/"length-shared", or by a fit of the model's own (HLR)
+    replays_upstream_batches: bool = False
 
     def __init__(self, cfg=None):
         if cfg is None:
@@ -130,6 +134,18 @@ class SeqModel(Model):
 
     def predict(self, test: ReviewData) -> np.ndarray:
         return self.engine.predict(self.w, test)
+
+    def compile_units(self) -> list:
+        """The engine's units, and the tie-order sort of upstream's batches where the fast trainer replays them."""
+        units = super().compile_units()
+        trains = self.n_params > 0 and getattr(self.cfg, "trainer", "fast") == "fast"
+        if trains and self.batch_sort == NUMPY126 and (self.replays_upstream_batches or
+                                                        self.engine_batching.startswith("length")):
+            from models.jit import Unit
+            from models.legacy_sort import upstream_argsort
+
+            units.append(Unit("upstream's tie-order sort", 6.0, partial(upstream_argsort, np.zeros(4, np.int64))))
+        return units
 
     def parameters(self) -> list[float]:
         return [round(float(x), 6) for x in self.w]

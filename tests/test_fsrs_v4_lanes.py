@@ -17,7 +17,7 @@ from models.fsrs_v4 import FSRSv4
 from models.fsrs_v45 import FSRS45
 from models.fsrs_v5 import FSRS5
 from models.lanes import card_items
-from models.seq_engine import Cards, SeqEngine, instantiate
+from models.seq_engine import LANE_SIG, Cards, SeqEngine, instantiate, lane_kernel
 from tests.test_fsrs6_fast import random_data
 from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
 
@@ -252,9 +252,8 @@ def test_lanes_loss_only_and_gradient_only():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_engine_binds_each_version_to_its_entry_point(name):
-    """LANE_KERNELS "module:function": the engine's batches run the version's own entry point."""
-    k = instantiate(_cls(name).kernels)
-    assert k.lanes_loss_grad is ENTRY[name]
+    """LANE_KERNELS "module:function": the trainer's lane kernel is the version's own entry point, compiled."""
+    assert lane_kernel(_cls(name).kernels).cres is ENTRY[name].get_compile_result(LANE_SIG)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
