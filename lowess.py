@@ -211,8 +211,9 @@ def lowess_sorted(y, x, frac, delta):
     k = int(frac * n + 1e-10)
     k = min(max(k, 2), n)
     y_fit = np.zeros(n)
-    plan_i, plan_left, plan_radius = _walk(x, k, delta, False, y_fit, y_fit)
-    _walk(x, k, delta, True, _fit_values(x, y, k, plan_i, plan_left, plan_radius), y_fit)
+    place = k > 0  # True, as a run-time bool: literal True / False would make numba compile _walk twice
+    plan_i, plan_left, plan_radius = _walk(x, k, delta, not place, y_fit, y_fit)
+    _walk(x, k, delta, place, _fit_values(x, y, k, plan_i, plan_left, plan_radius), y_fit)
     return y_fit
 
 

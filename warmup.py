@@ -53,15 +53,28 @@ def units(cfg: RunConfig) -> list[Unit]:
     return [Unit(f"toy run of {cfg.name}{_source_tag(cfg)}", 3.0, partial(_toy_run, cfg))]
 
 
+# A run of at least this many reviews compiles the ICI's lowess kernel in its warm-up (metrics.ici: below
+# LOWESS_KERNEL_MIN_COLD predictions a user takes statsmodels' loop while the kernel is not compiled, ~0.6 ms more
+# per 1k predictions): what its ~2.5 s on a worker costs a first run, the later runs of such a data set win back.
+ICI_KERNEL_REVIEWS = 200_000
+
+
+def ici_unit() -> Unit:
+    """The ICI's lowess kernel (lowess.py), compiled for the types metrics.ici passes."""
+    import lowess
+
+    return Unit("the ICI's lowess kernel", 2.5, partial(lowess.lowess_sorted.compile, lowess.SIGNATURE))
+
+
 def _marker(unit: Unit) -> Path:
     from numba import config
 
     return Path(config.CACHE_DIR) / "warm" / hashlib.sha1(unit.label.encode()).hexdigest()[:20]
 
 
-def pending(cfgs: list[RunConfig]) -> list[Unit]:
-    """The units of these runs not compiled yet (no marker), each once, the longest first."""
-    found: dict[str, Unit] = {}
+def pending(cfgs: list[RunConfig], extra: list[Unit] = ()) -> list[Unit]:
+    """The units of these runs (and `extra`) not compiled yet (no marker), each once, the longest first."""
+    found: dict[str, Unit] = {u.label: u for u in extra}
     for cfg in cfgs:
         try:
             for unit in units(cfg):
@@ -83,11 +96,12 @@ def _build(index: int) -> str | None:
     return None
 
 
-def warm_up(cfgs: list[RunConfig], processes: int, quiet: bool = False, name: str | None = None) -> None:
-    """Compile the pending units of `cfgs` on `processes` workers (forked after importing the models, as the user
-    pool is), with a progress line; each unit done leaves its marker. A unit that fails is reported in one line and
-    left to the run, which compiles what it needs as it goes."""
-    todo = pending(cfgs)
+def warm_up(cfgs: list[RunConfig], processes: int, quiet: bool = False, name: str | None = None,
+            extra: list[Unit] = ()) -> None:
+    """Compile the pending units of `cfgs` (and `extra`) on `processes` workers (forked after importing the models,
+    as the user pool is), with a progress line; each unit done leaves its marker. A unit that fails is reported in
+    one line and left to the run, which compiles what it needs as it goes."""
+    todo = pending(cfgs, extra)
     if not todo:
         return
     from tqdm import tqdm
@@ -145,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cfgs = [table_rows.config_for(row, RunConfig(processes=args.processes)) for row in chosen]
-    warm_up(cfgs, args.processes, args.quiet, name=f"{len(cfgs)} row(s)")
-    left = pending(cfgs)
+    warm_up(cfgs, args.processes, args.quiet, name=f"{len(cfgs)} row(s)", extra=[ici_unit()])
+    left = pending(cfgs, [ici_unit()])
     print(f"compiled-code cache: {os.environ.get('NUMBA_CACHE_DIR')}; "
           + (f"{len(left)} unit(s) not compiled: {', '.join(u.label for u in left)}" if left else "all rows warm"),
           file=sys.stderr)

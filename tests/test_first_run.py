@@ -152,3 +152,29 @@ def test_processes_defaults_to_all_cores_as_the_readme_says(script):
     out = subprocess.run([sys.executable, script, "--help"], cwd=REPO_ROOT, capture_output=True, text=True).stdout
     assert f"default: all cores ({os.cpu_count()} on this machine)" in " ".join(out.split())
     assert "| `--processes N` | worker processes (default: all cores)" in (REPO_ROOT / "README.md").read_text()
+
+
+def test_the_ici_unit_compiles_what_the_ici_calls(tmp_path):
+    """After warmup.ici_unit in an empty cache, metrics.ici on 3,000 predictions takes the kernel and compiles
+    nothing (the unit's signature is the call's)."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from numba.core import event
+        import warmup, metrics, lowess
+        assert not lowess.kernel_ready()
+        warmup.ici_unit().build()
+        seen = []
+        class L(event.Listener):
+            def on_start(self, ev): seen.append(ev.data["dispatcher"].py_func.__qualname__)
+            def on_end(self, ev): pass
+        x = np.random.default_rng(0).random(3000); y = (np.random.default_rng(1).random(3000) < x) * 1.0
+        with event.install_listener("numba:compile", L()):
+            assert metrics._use_kernel(len(x))
+            metrics.ici(y, x)
+        print(seen)
+    """)
+    env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path))
+    env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
