@@ -136,9 +136,8 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
         batched = why is None
         if why:
             print(f"{cfg.name}: {why}: the per-user path on the CPU", file=sys.stderr)
-    sizes = {}
+    sizes = review_counts(root, todo) if len(todo) > 1 else {}  # parquet footers only
     if len(todo) > 1 and (cfg.executor == "dask" or cfg.processes > 1 or batched):
-        sizes = review_counts(root, todo)  # parquet footers only
         todo.sort(key=lambda u: -sizes[u])  # largest first, so the slowest collection does not start last
     print(f"{cfg.name}: {len(todo)} user(s) to run, {summary.already} already in {result_path}", file=sys.stderr)
 
