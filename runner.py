@@ -136,8 +136,9 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
         batched = why is None
         if why:
             print(f"{cfg.name}: {why}: the per-user path on the CPU", file=sys.stderr)
-    sizes = review_counts(root, todo) if len(todo) > 1 else {}  # parquet footers only
+    sizes = {}
     if len(todo) > 1 and (cfg.executor == "dask" or cfg.processes > 1 or batched):
+        sizes = review_counts(root, todo)  # parquet footers only
         todo.sort(key=lambda u: -sizes[u])  # largest first, so the slowest collection does not start last
     print(f"{cfg.name}: {len(todo)} user(s) to run, {summary.already} already in {result_path}", file=sys.stderr)
 
@@ -165,10 +166,12 @@ def _run_locked(cfg: RunConfig, root, slots: list[str], result_path, raw_path, c
             summary.done += 1
 
     if todo and cfg.executor != "dask" and not batched:  # a first run compiles its kernels on every worker first
-        from warmup import ICI_KERNEL_REVIEWS, ici_unit, warm_up
+        from warmup import ICI_KERNEL_REVIEWS, ici_unit, is_done, warm_up
 
-        big = sum(sizes.values()) >= ICI_KERNEL_REVIEWS
-        warm_up([cfg], cfg.processes, cfg.quiet, extra=[ici_unit()] if big else [])
+        ici = ici_unit()  # with a run of many reviews (counted only while the kernel is not compiled)
+        big = not is_done(ici) and len(todo) > 1 and \
+            sum((sizes or review_counts(root, todo)).values()) >= ICI_KERNEL_REVIEWS
+        warm_up([cfg], cfg.processes, cfg.quiet, extra=[ici] if big else [])
     bar = tqdm(total=len(todo), desc=cfg.name, unit="user", disable=cfg.quiet or not todo, file=sys.stderr)
     try:
         if cfg.executor == "dask" and todo:  # (never batched: per_user_reason)

@@ -3,7 +3,7 @@
 The models' compiled kernels are numba's, cached on disk (models/jit.py says where), so every run after the first
 loads them in milliseconds. The first run (a fresh clone, an edited model, a new machine) has to compile them, and
 left to itself each worker would compile every kernel its first user needs, all workers the same ones at the same
-time. Instead, before any user starts, the kernels are split into units (models/jit.Unit: a model's lane kernel,
+time. Instead, before any user starts, the kernels are split into units (models/jit_cache.Unit: a model's lane kernel,
 its trainer's and predictions' loops, or for a model without such units one run of the model on a small user of
 the embedded data set), which the workers compile side by side, the longest first; the progress line reads
 "FSRS-6: compiling, first run only". A unit done once leaves a marker beside numba's cache, so later runs skip
@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
 
 import models
 from config import EMBEDDED_DATA, RunConfig
-from models.jit import Unit
+from models.jit_cache import Unit
 
 TOY_USER = 3  # the embedded data set's smallest user with evaluated reviews for every row (224 raw reviews)
 
@@ -59,17 +60,29 @@ def units(cfg: RunConfig) -> list[Unit]:
 ICI_KERNEL_REVIEWS = 200_000
 
 
-def ici_unit() -> Unit:
-    """The ICI's lowess kernel (lowess.py), compiled for the types metrics.ici passes."""
+def _compile_ici() -> None:
     import lowess
 
-    return Unit("the ICI's lowess kernel", 2.5, partial(lowess.lowess_sorted.compile, lowess.SIGNATURE))
+    lowess.lowess_sorted.compile(lowess.SIGNATURE)
+
+
+def ici_unit() -> Unit:
+    """The ICI's lowess kernel (lowess.py), compiled for the types metrics.ici passes (numba imported only to
+    build it: the rows that need no numba start without it)."""
+    return Unit("the ICI's lowess kernel", 2.5, _compile_ici)
 
 
 def _marker(unit: Unit) -> Path:
-    from numba import config
+    """Beside numba's cache (without importing numba: the rows that need none start without it)."""
+    from models.jit_cache import folder
 
-    return Path(config.CACHE_DIR) / "warm" / hashlib.sha1(unit.label.encode()).hexdigest()[:20]
+    base = folder() or Path(tempfile.gettempdir()) / "srs-bench-cache"
+    return base / "warm" / hashlib.sha1(unit.label.encode()).hexdigest()[:20]
+
+
+def is_done(unit: Unit) -> bool:
+    """Whether the unit was compiled (its marker is there)."""
+    return _marker(unit).exists()
 
 
 def pending(cfgs: list[RunConfig], extra: list[Unit] = ()) -> list[Unit]:
@@ -81,7 +94,7 @@ def pending(cfgs: list[RunConfig], extra: list[Unit] = ()) -> list[Unit]:
                 found.setdefault(unit.label, unit)
         except Exception as exc:  # the run itself reports what is wrong with its model, user by user
             print(f"{cfg.name}: not compiled beforehand ({type(exc).__name__}: {exc})", file=sys.stderr)
-    return sorted((u for u in found.values() if not _marker(u).exists()), key=lambda u: -u.seconds)
+    return sorted((u for u in found.values() if not is_done(u)), key=lambda u: -u.seconds)
 
 
 _TODO: list[Unit] = []  # the units of the warm-up under way: forked workers find them here (nothing is pickled)

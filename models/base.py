@@ -88,7 +88,7 @@ class Model:
         return None
 
     def compile_units(self) -> list:
-        """The compiled code this model's fits and predictions need, as independent units (models/jit.Unit) that a
+        """The compiled code this model's fits and predictions need, as independent units (models/jit_cache.Unit) that a
         first run compiles side by side before its users (warmup.py): by default its engine's (`self.engine`, when
         it has compile_units); [] for none, and then a first run warms it by running it on a small user."""
         units = getattr(getattr(self, "engine", None), "compile_units", None)

@@ -18,9 +18,9 @@ Python uses the flags given to the decorator (what tests of a helper alone see).
 
 from __future__ import annotations
 
+import dis
+import threading
 import types
-from dataclasses import dataclass
-from typing import Callable
 
 from numba import njit
 from numba.core import event
@@ -43,14 +43,28 @@ def _caller_flags(default):
 LLVM_INLINE_FLAGS = frozenset({"contract"})
 
 
-def _inline_in_ir(expr, caller_ir, callee_ir) -> bool:
-    """numba's inlining cost-model hook, asked at each call site before typing: IR-inline under reassoc & co."""
-    fastmath, _ = _caller_flags((frozenset(), "python"))
-    return bool(fastmath - LLVM_INLINE_FLAGS)
+# A helper of at most this many bytecode instructions is IR-inlined by numba after all (copying it costs little;
+# the cost is quadratic in the size of what is copied), and so are the helpers it calls. The per-review and
+# per-target helpers of the scalar card loops ran up to ~25% slower when LLVM inlined their separately compiled code
+# (DASH's windows_card, 109 instructions; DASH[ACT-R]'s actr_card, 240: whole-row CPU on 36 real users), while the
+# large ones, the lane kernels' group passes and the step VJPs (300 to 1,500), are what numba's copying made slow.
+IR_INLINE_MAX = 256
 
 
 class InlinedDispatcher(CPUDispatcher):
-    """Routes typing and lowering of a call to the variant of the helper for the caller's flags (module docstring)."""
+    """Routes typing and lowering of a call to the variant of the helper for the caller's flags (module docstring).
+    Its `inline` option, which numba reads at each call site before typing, is "always" (numba's IR inlining) for a
+    small helper (IR_INLINE_MAX) or while the caller's fast-math flags go beyond LLVM_INLINE_FLAGS, else "never"."""
+
+    @property
+    def targetoptions(self):
+        fastmath, _ = _caller_flags((frozenset(), "python"))
+        ir = self.__dict__["_small"] or bool(fastmath - LLVM_INLINE_FLAGS)
+        return dict(self.__dict__["_options"], inline="always" if ir else "never")
+
+    @targetoptions.setter
+    def targetoptions(self, options):
+        self.__dict__["_options"] = options
 
     def _variant(self):
         variants = self.__dict__.setdefault("_variants", {})
@@ -83,14 +97,17 @@ class InlinedDispatcher(CPUDispatcher):
         return dict(self.__dict__.get("_variants", {}))
 
 
-def inlined(fn=None, *, fastmath=False, error_model="python"):
-    """Decorator: `fn` as a helper inlined by LLVM into compiled callers, under each caller's flags. `fastmath` and
-    `error_model` apply to direct calls from Python only."""
+def inlined(fn=None, *, fastmath=False, error_model="python", llvm: bool | None = None):
+    """Decorator: `fn` as a helper inlined into compiled callers, under each caller's flags: by LLVM, or by numba
+    for a small one (IR_INLINE_MAX; `llvm` True or False decides instead). `fastmath` and `error_model` apply to
+    direct calls from Python only."""
     def wrap(f):
-        dispatcher = InlinedDispatcher(f, targetoptions={"nopython": True, "inline": _inline_in_ir})
+        dispatcher = InlinedDispatcher(f, targetoptions={"nopython": True})
         fm = frozenset(fastmath) if isinstance(fastmath, (set, frozenset, list, tuple)) else \
             (frozenset({"fast"}) if fastmath else frozenset())
         dispatcher.__dict__["_declared"] = (fm, error_model)
+        small = len(list(dis.get_instructions(f))) <= IR_INLINE_MAX
+        dispatcher.__dict__["_small"] = small if llvm is None else not llvm
         return dispatcher
     return wrap(fn) if fn is not None else wrap
 
@@ -100,8 +117,14 @@ class _WouldCompile(Exception):
 
 
 class _RefuseCompile(event.Listener):
+    """Aborts this thread's compilation of one dispatcher (any other goes on)."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher, self.thread = dispatcher, threading.get_ident()
+
     def on_start(self, ev):
-        raise _WouldCompile
+        if ev.data.get("dispatcher") is self.dispatcher and threading.get_ident() == self.thread:
+            raise _WouldCompile
 
     def on_end(self, ev):
         pass
@@ -111,20 +134,9 @@ def ready(dispatcher, sig) -> bool:
     """Whether `dispatcher` runs for the signature `sig` without compiling: compiled in this process already, or
     loaded now from numba's disk cache. A compilation it would start is aborted at its first event (numba's
     event API), so the check costs at most a read of the cache index."""
-    with event.install_listener("numba:compile", _RefuseCompile()):
+    with event.install_listener("numba:compile", _RefuseCompile(dispatcher)):
         try:
             dispatcher.compile(sig)
         except _WouldCompile:
             return False
     return True
-
-
-@dataclass(frozen=True)
-class Unit:
-    """A piece of compiled code a model needs, compiled (or loaded from numba's disk cache) by calling `build`:
-    independent of the other units of its model, so that a first run's workers compile them side by side
-    (warmup.py). `label` names what it compiles (unique: two models sharing it share the unit); `seconds`, about
-    what compiling it costs, so that the longest start first."""
-    label: str
-    seconds: float
-    build: Callable[[], object]

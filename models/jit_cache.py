@@ -23,7 +23,9 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 PRUNE_DAYS = 30
 _ROOT = Path(__file__).resolve().parents[1]
@@ -93,3 +95,19 @@ def use_cache_folder() -> str | None:
             _prune(base, target)
             return str(target)
     return None
+
+
+def folder() -> Path | None:
+    """numba's cache folder of this process (NUMBA_CACHE_DIR, as use_cache_folder set it), without importing numba."""
+    return Path(os.environ["NUMBA_CACHE_DIR"]) if os.environ.get("NUMBA_CACHE_DIR") else None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of compiled code a model needs, compiled (or loaded from numba's disk cache) by calling `build`:
+    independent of the other units of its model, so that a first run's workers compile them side by side
+    (warmup.py). `label` names what it compiles (unique: two models sharing it share the unit); `seconds`, about
+    what compiling it costs, so that the longest start first."""
+    label: str
+    seconds: float
+    build: Callable[[], object]

@@ -38,7 +38,7 @@ from numba import typeof, types
 from numba.core.types.function_type import CompileResultWAP
 
 from models.base import ReviewData, column, recency_weights
-from models.jit import Unit
+from models.jit_cache import Unit
 from models.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 SEED = 2023
@@ -496,7 +496,7 @@ class SeqEngine:
                 bool(check_every_epoch), bool(keep_last))
 
     def compile_units(self, train: bool = True) -> list[Unit]:
-        """The engine's compiled code as independent units (models/jit.Unit), which a first run compiles side by side
+        """The engine's compiled code as independent units (models/jit_cache.Unit), which a first run compiles side by side
         (warmup.py): the plug-in's lane kernel, and the trainer's and the predictions' loops. The loops' argument
         types are those of a toy card set, and the lane kernel's type is its contract's (LANE_SIG), so that the
         loops compile without it. `train`: False for a model that only predicts (its default weights)."""

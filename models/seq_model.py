@@ -141,7 +141,7 @@ class SeqModel(Model):
         trains = self.n_params > 0 and getattr(self.cfg, "trainer", "fast") == "fast"
         if trains and self.batch_sort == NUMPY126 and (self.replays_upstream_batches or
                                                         self.engine_batching.startswith("length")):
-            from models.jit import Unit
+            from models.jit_cache import Unit
             from models.legacy_sort import upstream_argsort
 
             units.append(Unit("upstream's tie-order sort", 6.0, partial(upstream_argsort, np.zeros(4, np.int64))))

@@ -8,23 +8,11 @@ import textwrap
 
 import numpy as np
 import pytest
-from numba.core import event
 
 import metrics
 import warmup
-from config import EMBEDDED_DATA, REPO_ROOT, RunConfig
-from models.jit import Unit
-
-
-class _Compiles(event.Listener):
-    def __init__(self):
-        self.names = []
-
-    def on_start(self, ev):
-        self.names.append(ev.data["dispatcher"].py_func.__qualname__)
-
-    def on_end(self, ev):
-        pass
+from config import REPO_ROOT, RunConfig
+from models.jit_cache import Unit
 
 
 def test_fsrs6_units_are_its_lane_kernel_and_the_engine_loops():
@@ -35,18 +23,32 @@ def test_fsrs6_units_are_its_lane_kernel_and_the_engine_loops():
     assert [u.label for u in warmup.units(RunConfig(algo="AVG"))] == ["toy run of AVG"]
 
 
-def test_after_the_warm_up_a_user_compiles_nothing():
-    """The units cover what a user of the row needs: once they are built (here or by an earlier test, in this
-    session's cache), evaluating a user starts no compilation; and nothing is pending any more."""
-    import pipeline
-
-    cfg = RunConfig(algo="FSRS-6", processes=1, quiet=True)
-    warmup.warm_up([cfg], processes=1, quiet=True)
-    assert warmup.pending([cfg]) == []
-    listener = _Compiles()
-    with event.install_listener("numba:compile", listener):
-        outcome = pipeline.evaluate_user(warmup.TOY_USER, cfg, EMBEDDED_DATA)
-    assert outcome.record is not None and listener.names == []
+def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
+    """In an empty cache, warm_up builds FSRS-6's units on two workers, and then evaluating a user starts no
+    compilation (the units cover what the row needs) and nothing is pending any more."""
+    code = textwrap.dedent("""
+        import pipeline, warmup
+        from numba.core import event
+        from config import EMBEDDED_DATA, RunConfig
+        cfg = RunConfig(algo="FSRS-6", processes=2, quiet=True)
+        assert [u.label for u in warmup.pending([cfg])] == [
+            "lane kernel models.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+        warmup.warm_up([cfg], processes=2, quiet=True)
+        assert warmup.pending([cfg]) == []
+        seen = []
+        class L(event.Listener):
+            def on_start(self, ev): seen.append(ev.data["dispatcher"].py_func.__qualname__)
+            def on_end(self, ev): pass
+        with event.install_listener("numba:compile", L()):
+            outcome = pipeline.evaluate_user(warmup.TOY_USER, cfg, EMBEDDED_DATA)
+        assert outcome.record is not None
+        print(seen)
+    """)
+    env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path))
+    env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def _note(path):
@@ -56,7 +58,7 @@ def _note(path):
 def test_units_run_on_several_workers_once_and_leave_markers(tmp_path, monkeypatch):
     """warm_up runs each pending unit once, on a pool of workers when there are several, and marks it done; a unit
     that fails is reported in one line and not marked."""
-    monkeypatch.setattr("numba.config.CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # where the markers go (models/jit_cache.folder)
     done = [tmp_path / f"u{i}" for i in range(3)]
 
     def fails():
