@@ -89,11 +89,9 @@ def fit(w_init, sigma, train: ReviewData, cfg=None, method: str = "adam", seed: 
 
 def warmup() -> None:
     """Compile (or load from numba's cache) the engine's FSRS-6 kernels on a two-card toy set."""
-    import pandas as pd
+    from models.seq_engine import toy_data
 
-    rows = pd.DataFrame({"card_id": [0, 0, 1], "delta_t": [1.0, 3.0, 2.0], "y": [1, 0, 1],
-                         "seq_start": [0, 0, 3], "seq_pos": [1, 2, 1]})
-    data = ReviewData(rows, np.array([0.0, 1.0, 3.0, 0.0, 2.0]), np.array([3, 3, 1, 1, 3], dtype=np.int8))
+    data = toy_data()
     predict(DEFAULT_W, data)
     loss_and_grad(DEFAULT_W, DEFAULT_W, SIGMA, data)
     fit(DEFAULT_W, SIGMA, data)

@@ -496,15 +496,14 @@ class SeqEngine:
                 bool(check_every_epoch), bool(keep_last))
 
     def compile_units(self, train: bool = True) -> list[Unit]:
-        """The engine's compiled code as independent units (models/jit_cache.Unit), which a first run compiles side by side
-        (warmup.py): the plug-in's lane kernel, and the trainer's and the predictions' loops. The loops' argument
-        types are those of a toy card set, and the lane kernel's type is its contract's (LANE_SIG), so that the
-        loops compile without it. `train`: False for a model that only predicts (its default weights)."""
+        """The engine's compiled code as independent units (models/jit_cache.Unit), which a first run compiles side
+        by side (warmup.py): the plug-in's lane kernel, and the trainer's and the predictions' loops. The loops'
+        argument types are those of a toy card set, and the lane kernel's type is its contract's (LANE_SIG), so that
+        the loops compile without it. `train`: False for a model that only predicts (its default weights)."""
         name = self.model_module
         units = []
-        lanes = getattr(importlib.import_module(name), "LANE_KERNELS", None)
-        if train and lanes:
-            units.append(Unit(f"lane kernel {lanes}", 4.0, partial(lane_kernel, name)))
+        if train and self.lane_kernels:
+            units.append(Unit(f"lane kernel {self.lane_kernels}", 4.0, partial(lane_kernel, name)))
         units.append(Unit(f"engine loops of {name}" + ("" if train else " (predictions)"), 2.0,
                           partial(self._compile_loops, train)))
         return units
@@ -518,13 +517,13 @@ class SeqEngine:
             return
         args = self._adam_args(w0, data, None, w0, None, None, None, LR, (0.9, 0.999), SEED, False, "cards", "stable",
                                False, None, 1.0, False)
-        lanes = types.FunctionType(LANE_SIG) if self.lanes_named else types.none
+        lanes = types.FunctionType(LANE_SIG) if self.lane_kernels else types.none
         self.k.adam_fit.compile(tuple(typeof(a) for a in args) + (lanes,))
 
     @property
-    def lanes_named(self) -> bool:
-        """Whether the plug-in names lane kernels (LANE_KERNELS)."""
-        return bool(getattr(importlib.import_module(self.model_module), "LANE_KERNELS", None))
+    def lane_kernels(self) -> str | None:
+        """The plug-in's LANE_KERNELS ("module" or "module:function"), or None."""
+        return getattr(importlib.import_module(self.model_module), "LANE_KERNELS", None)
 
     def _card_batches(self, cards: Cards, n_epoch: int, batch_size: int, seed: int):
         """Whole cards, in a new random order every epoch (numpy Generator), cut at >= batch_size targets."""

@@ -2,8 +2,9 @@
 
 `models/seq_engine.py` copies this file with the import line below pointing at the model's module (the contract is
 in models/seq_model_stub.py), so numba compiles every kernel with the model's step functions inlined as globals and
-caches the machine code on disk. (Passing the step functions as first-class arguments would work too, but numba
-cannot cache such functions, and recompiling the engine in every process costs seconds per model.)
+caches the machine code on disk. (The per-review step functions stay bound this way, inlined into the loops; a
+dispatcher passed as an argument is typed as that very dispatcher, which numba cannot cache. The plug-in's lane
+kernel, called once per batch, is passed as a first-class function of a fixed signature instead, which it can.)
 
 Layout (see seq_engine.Cards): targets sorted by card then history length; card c spans targets tb[c]..te[c]-1 and
 needs the states after its first n[c] reviews, which start at sequence index start[c]. Target j reads the state
@@ -14,8 +15,9 @@ once (per call, or per mini-batch in adam_fit) and hands the result wc to the pe
 accumulated against wc and folded back into w's by `precompute_vjp` (the stub's defaults: wc is w, a plain copy).
 Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines: its own
 card loops (CUSTOM-CARD instead of GENERIC-CARD), its own target loss (DEFAULT-TARGET out), a fused step and target
-(STEP-TARGET instead of PLAIN-LOSS), the trainer's batches card by card or by the plug-in's lane kernel
-(LANE-BATCH instead of CARD-BATCH).
+(STEP-TARGET instead of PLAIN-LOSS), the trainer's batches card by card (CARD-BATCH) or by the plug-in's lane kernel,
+which the trainer receives as a first-class function (seq_engine.lane_kernel): alone (LANE-ONLY, what a fit compiles
+first) or with the card loops for the batches it refuses (LANE-BATCH, the fallback instance).
 """
 
 # ruff: noqa: F405, F811  (the model's names come from the rebound star import; one of the two card_loss sections
@@ -342,8 +344,8 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
     first-class function (seq_engine.lane_kernel), or None.
     Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
     Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e].
-    Returns (weights, objective, True), or (the current weights, NaN, False) at once when the LANE-ONLY instance's lane kernel
-    refuses a pass (the caller then runs the fit on the LANE-BATCH instance)."""
+    Returns (weights, objective, True), or (the current weights, NaN, False) at once when the LANE-ONLY instance's
+    lane kernel refuses a pass (the caller then runs the fit on the LANE-BATCH instance)."""
     n_epoch = orders.shape[0]
     n_targets = len(t_pos)
     n_w = len(w0)
