@@ -59,8 +59,16 @@ class InlinedDispatcher(CPUDispatcher):
     @property
     def targetoptions(self):
         fastmath, _ = _caller_flags((frozenset(), "python"))
-        ir = self.__dict__["_small"] or bool(fastmath - LLVM_INLINE_FLAGS)
+        ir = self.small or bool(fastmath - LLVM_INLINE_FLAGS)
         return dict(self.__dict__["_options"], inline="always" if ir else "never")
+
+    @property
+    def small(self) -> bool:
+        """Whether numba inlines it (IR_INLINE_MAX, or inlined(llvm=...)); counted when a caller first compiles, so
+        that importing a kernel module costs nothing for it."""
+        if self.__dict__.get("_small") is None:
+            self.__dict__["_small"] = len(list(dis.get_instructions(self.py_func))) <= IR_INLINE_MAX
+        return self.__dict__["_small"]
 
     @targetoptions.setter
     def targetoptions(self, options):
@@ -106,8 +114,7 @@ def inlined(fn=None, *, fastmath=False, error_model="python", llvm: bool | None 
         fm = frozenset(fastmath) if isinstance(fastmath, (set, frozenset, list, tuple)) else \
             (frozenset({"fast"}) if fastmath else frozenset())
         dispatcher.__dict__["_declared"] = (fm, error_model)
-        small = len(list(dis.get_instructions(f))) <= IR_INLINE_MAX
-        dispatcher.__dict__["_small"] = small if llvm is None else not llvm
+        dispatcher.__dict__["_small"] = None if llvm is None else not llvm
         return dispatcher
     return wrap(fn) if fn is not None else wrap
 

@@ -4,7 +4,7 @@ sources and per CPU, shared by every clone, worker process and (on a shared disk
 Why a folder per version of the sources: numba checks a cached function against its own file only; a kernel that
 calls an @njit function of another module (every engine plug-in does, and the engine kernels call the plug-ins)
 would otherwise keep running the old machine code after that other module changed. So the folder is named after
-the sources of models/*.py and lowess.py (and numba's and Python's versions, and the CPU): any edit starts from an
+the sources of models/*.py and lowess.py (and Python's version, and the CPU): any edit starts from an
 empty folder (compiled again once, then reused), and two clones of the same version share one. Why in the user's
 cache folder rather than the clone: a second clone, a CI run on a warm machine, a cluster node's workers all find
 the kernels compiled. Folders of other versions unused for PRUNE_DAYS are removed.
@@ -45,14 +45,12 @@ def _cpu() -> str:
 
 
 def version_digest() -> str:
-    """12 hex digits of the sources that numba compiles (models/*.py, lowess.py), numba's and Python's versions
-    and the CPU."""
-    from importlib.metadata import version
-
+    """12 hex digits of the sources that numba compiles (models/*.py, lowess.py), Python's version and the CPU.
+    (numba's own version needs no place here: numba discards a cache index written by another version.)"""
     digest = hashlib.sha1()
     for path in sorted((_ROOT / "models").glob("*.py")) + [_ROOT / "lowess.py"]:
         digest.update(path.name.encode() + path.read_bytes())
-    digest.update(f"{version('numba')} {sys.version} {_cpu()}".encode())
+    digest.update(f"{sys.version} {_cpu()}".encode())
     return digest.hexdigest()[:12]
 
 

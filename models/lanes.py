@@ -22,7 +22,9 @@ driver around its own group functions.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from models.jit import inlined
 
@@ -88,3 +90,42 @@ def card_items(c_start, c_n, c_tb, c_te):
         items[c, 2] = c_te[c]
         items[c, 3] = c_n[c]
     return items
+
+
+# The lane kernels' contract (models/seq_model_stub.py): lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y,
+# t_wt, items, batch, max_n, gwc, want_loss, want_grad) -> loss, every array C-contiguous.
+_F8, _I8 = types.float64[::1], types.int64[::1]
+LANE_SIG = types.float64(_F8, _F8, _I8, _I8, _I8, _F8, _F8, _F8, types.int64[:, ::1], _I8, types.int64, _F8,
+                         types.boolean, types.boolean)
+
+
+def kernel_address(dispatcher) -> int:
+    """The address of `dispatcher`'s machine code for LANE_SIG, compiled (or loaded from the disk cache) now: what
+    call_lane_kernel calls. The code lives as long as the dispatcher does (a module-level function: the process)."""
+    cres = dispatcher.get_compile_result(LANE_SIG)
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+
+
+@intrinsic
+def call_lane_kernel(typingctx, address, args):
+    """lanes_loss_grad(*args) of the lane kernel at `address` (kernel_address): a call through numba's own calling
+    convention (its errors propagate), so that the engine's loops and the kernel compile apart. A plain int64
+    argument, where a first-class function argument would make numba initialise its whole typing context in every
+    process that calls the loops (~90 ms: scipy.linalg among it)."""
+    if not isinstance(args, types.BaseTuple) or len(args) != len(LANE_SIG.args):
+        return None
+    if not all(typingctx.can_convert(a, b) for a, b in zip(args, LANE_SIG.args)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        addr, packed = llargs
+        values = [context.cast(builder, builder.extract_value(packed, i), args[i], want)
+                  for i, want in enumerate(LANE_SIG.args)]
+        fnty = context.call_conv.get_function_type(LANE_SIG.return_type, LANE_SIG.args)
+        status, res = context.call_conv.call_function(builder, builder.inttoptr(addr, fnty.as_pointer()),
+                                                      LANE_SIG.return_type, LANE_SIG.args, values)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return res
+
+    return LANE_SIG.return_type(types.int64, args), codegen

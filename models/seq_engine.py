@@ -34,11 +34,11 @@ from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
-from numba import typeof, types
-from numba.core.types.function_type import CompileResultWAP
+from numba import typeof
 
 from models.base import ReviewData, column, recency_weights
 from models.jit_cache import Unit
+from models.lanes import kernel_address
 from models.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 SEED = 2023
@@ -168,35 +168,29 @@ def instantiate(model_module: str, fallback: bool = False):
     if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom models.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'models.seq_model_stub'} import project"
-    if lanes:  # the lane kernel itself is passed to adam_fit at run time (lane_kernel)
-        binding += "\nfrom models.lanes import card_items"
+    if lanes:  # the lane kernel itself is passed to adam_fit at run time, as its address (lane_kernel)
+        binding += "\nfrom models.lanes import call_lane_kernel, card_items"
     binding += f"\n# plug-in source {_source_digest(model)}"
     module = bound_copy(source, _STUB_IMPORT, binding, f"engine_{model_module.replace('.', '_')}")
     _INSTANCES[model_module, fallback] = module
     return module
 
 
-# The lane kernels' contract (models/seq_model_stub.py): lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y,
-# t_wt, items, batch, max_n, gwc, want_loss, want_grad) -> loss, every array C-contiguous.
-_F8, _I8 = types.float64[::1], types.int64[::1]
-LANE_SIG = types.float64(_F8, _F8, _I8, _I8, _I8, _F8, _F8, _F8, types.int64[:, ::1], _I8, types.int64, _F8,
-                         types.boolean, types.boolean)
-_LANE_KERNELS: dict[str, object] = {}
+_LANE_KERNELS: dict[str, int] = {}
 
 
-def lane_kernel(model_module: str):
-    """The plug-in's lane kernel (its LANE_KERNELS: "module", whose lanes_loss_grad, or "module:function") as a
-    first-class function of LANE_SIG, compiled (or loaded from the disk cache) on its own: the engine's loops call it
-    through its address (seq_engine_kernels' LANE sections), so compiling them neither waits for nor repeats the
-    kernel's optimisation. None for a plug-in without lanes."""
+def lane_kernel(model_module: str) -> int:
+    """The address of the plug-in's lane kernel (its LANE_KERNELS: "module", whose lanes_loss_grad, or
+    "module:function"), compiled (or loaded from the disk cache) on its own: the engine's loops call it through
+    models/lanes.call_lane_kernel, so compiling them neither waits for nor repeats the kernel's optimisation.
+    0 for a plug-in without lanes."""
     if model_module not in _LANE_KERNELS:
         name = getattr(importlib.import_module(model_module), "LANE_KERNELS", None)
-        kernel = None
+        address = 0
         if name:
             module, _, function = name.partition(":")
-            dispatcher = getattr(importlib.import_module(module), function or "lanes_loss_grad")
-            kernel = CompileResultWAP(dispatcher.get_compile_result(LANE_SIG))
-        _LANE_KERNELS[model_module] = kernel
+            address = kernel_address(getattr(importlib.import_module(module), function or "lanes_loss_grad"))
+        _LANE_KERNELS[model_module] = address
     return _LANE_KERNELS[model_module]
 
 
@@ -384,8 +378,8 @@ class SeqEngine:
         return instantiate(self.model_module)
 
     @property
-    def lanes(self):
-        """The plug-in's lane kernel for the trainer (`lane_kernel`), or None."""
+    def lanes(self) -> int:
+        """The address of the plug-in's lane kernel for the trainer (`lane_kernel`), or 0."""
         return lane_kernel(self.model_module)
 
     @property
@@ -498,7 +492,7 @@ class SeqEngine:
     def compile_units(self, train: bool = True) -> list[Unit]:
         """The engine's compiled code as independent units (models/jit_cache.Unit), which a first run compiles side
         by side (warmup.py): the plug-in's lane kernel, and the trainer's and the predictions' loops. The loops'
-        argument types are those of a toy card set, and the lane kernel's type is its contract's (LANE_SIG), so that
+        argument types are those of a toy card set, and the lane kernel is passed as an address (lane_kernel), so that
         the loops compile without it. `train`: False for a model that only predicts (its default weights)."""
         name = self.model_module
         units = []
@@ -517,8 +511,7 @@ class SeqEngine:
             return
         args = self._adam_args(w0, data, None, w0, None, None, None, LR, (0.9, 0.999), SEED, False, "cards", "stable",
                                False, None, 1.0, False)
-        lanes = types.FunctionType(LANE_SIG) if self.lane_kernels else types.none
-        self.k.adam_fit.compile(tuple(typeof(a) for a in args) + (lanes,))
+        self.k.adam_fit.compile(tuple(typeof(a) for a in args + (0,)))  # the lane kernel: an address (lane_kernel)
 
     @property
     def lane_kernels(self) -> str | None:

@@ -4,7 +4,7 @@
 in models/seq_model_stub.py), so numba compiles every kernel with the model's step functions inlined as globals and
 caches the machine code on disk. (The per-review step functions stay bound this way, inlined into the loops; a
 dispatcher passed as an argument is typed as that very dispatcher, which numba cannot cache. The plug-in's lane
-kernel, called once per batch, is passed as a first-class function of a fixed signature instead, which it can.)
+kernel, called once per batch, is passed as the address of its machine code instead: models/lanes.call_lane_kernel.)
 
 Layout (see seq_engine.Cards): targets sorted by card then history length; card c spans targets tb[c]..te[c]-1 and
 needs the states after its first n[c] reviews, which start at sequence index start[c]. Target j reads the state
@@ -16,7 +16,7 @@ accumulated against wc and folded back into w's by `precompute_vjp` (the stub's 
 Sections between the marker lines are cut by seq_engine.instantiate according to what the model defines: its own
 card loops (CUSTOM-CARD instead of GENERIC-CARD), its own target loss (DEFAULT-TARGET out), a fused step and target
 (STEP-TARGET instead of PLAIN-LOSS), the trainer's batches card by card (CARD-BATCH) or by the plug-in's lane kernel,
-which the trainer receives as a first-class function (seq_engine.lane_kernel): alone (LANE-ONLY, what a fit compiles
+which the trainer receives as an address (seq_engine.lane_kernel): alone (LANE-ONLY, what a fit compiles
 first) or with the card loops for the batches it refuses (LANE-BATCH, the fallback instance).
 """
 
@@ -228,7 +228,7 @@ LANES_ONLY = False
 @njit(cache=True, inline="always")
 def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc, lanes):
     """Adds the gradient of Σ weight·BCE over the work items `batch` (rows of items) into gwc, card by card.
-    Returns True (the batch was taken; see LANE-ONLY). `lanes`: None here."""
+    Returns True (the batch was taken; see LANE-ONLY). `lanes`: 0 here."""
     for it in batch:
         card_loss_grad(wc, seq_dt, seq_g, c_start[items[it, 0]], items[it, 3], t_pos, t_dt, t_y, t_wt, items[it, 1],
                        items[it, 2], buf, gwc)
@@ -241,9 +241,9 @@ def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y,
     return loss_cards(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n)
 # ---- CARD-BATCH-END
 
-# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS). `lanes` is its lanes_loss_grad,
-# passed in as a first-class function (seq_engine.lane_kernel: called through its address, not compiled into these
-# loops), so that the kernel and the engine compile apart: in parallel, and the kernel's code optimised once.
+# ---- LANE-BATCH-BEGIN (only when the plug-in names lane kernels, LANE_KERNELS). `lanes` is the address of its
+# lanes_loss_grad (seq_engine.lane_kernel), called through it (models/lanes.call_lane_kernel), not compiled into these
+# loops, so that the kernel and the engine compile apart: in parallel, and the kernel's code optimised once.
 LANES_ONLY = False
 
 
@@ -251,7 +251,8 @@ LANES_ONLY = False
 def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc, lanes):
     """Adds the gradient of Σ weight·BCE over the work items `batch` into gwc by the plug-in's lane kernel (cards
     side by side); a batch it cannot lay out (NaN, nothing added) runs card by card. Returns True."""
-    if math.isnan(lanes(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, False, True)):
+    if math.isnan(call_lane_kernel(lanes, (wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n,
+                                           gwc, False, True))):
         for it in batch:
             card_loss_grad(wc, seq_dt, seq_g, c_start[items[it, 0]], items[it, 3], t_pos, t_dt, t_y, t_wt,
                            items[it, 1], items[it, 2], buf, gwc)
@@ -277,8 +278,8 @@ LANES_ONLY = True
 def batch_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, buf, gwc, lanes):
     """Adds the gradient of Σ weight·BCE over the work items `batch` into gwc by the plug-in's lane kernel;
     False (nothing added) for a batch it cannot lay out."""
-    return not math.isnan(lanes(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gwc, False,
-                                True))
+    return not math.isnan(call_lane_kernel(lanes, (wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch,
+                                                   max_n, gwc, False, True)))
 
 
 @njit(cache=True, inline="always")
@@ -292,8 +293,8 @@ def fit_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y,
 def lane_loss(w, opts, seq_dt, seq_g, c_start, c_n, c_tb, c_te, t_pos, t_dt, t_y, t_wt, max_n, lanes):
     """Σ weight·BCE over every card by the lane kernel's forward pass (NaN if it cannot lay them out)."""
     items = card_items(c_start, c_n, c_tb, c_te)
-    return lanes(precompute(w, opts), seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, np.arange(len(c_start)),
-                 max_n, np.zeros(0), True, False)
+    return call_lane_kernel(lanes, (precompute(w, opts), seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items,
+                                    np.arange(len(c_start)), max_n, np.zeros(0), True, False))
 # ---- LANE-LOSS-END
 
 
@@ -340,8 +341,8 @@ def adam_fit(w0, opts, w_init, inv_var, grad_mask, lower, upper, seq_dt, seq_g, 
     returns the weights training ends with instead, and NaN for the objective (no full loss pass at all: two
     forward passes over the data saved, ~15% of FSRS-7's training).
 
-    opts: the model's run-time options (models/seq_model_stub.py: precompute); lanes: the plug-in's lane kernel as a
-    first-class function (seq_engine.lane_kernel), or None.
+    opts: the model's run-time options (models/seq_model_stub.py: precompute); lanes: the address of the plug-in's
+    lane kernel (seq_engine.lane_kernel), or 0.
     Work items are (card, first target, end target, states needed): a whole card, or one target with its history.
     Epoch e visits items orders[e, :] in batches bounds[e, b] .. bounds[e, b + 1] for b < n_batches[e].
     Returns (weights, objective, True), or (the current weights, NaN, False) at once when the LANE-ONLY instance's
