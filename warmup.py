@@ -5,7 +5,7 @@ loads them in milliseconds. The first run (a fresh clone, an edited model, a new
 left to itself each worker would compile every kernel its first user needs, all workers the same ones at the same
 time. Instead, before any user starts, the kernels are split into units (models/jit_cache.Unit: a model's lane kernel,
 its trainer's and predictions' loops, or for a model without such units one run of the model on a small user of
-the embedded data set), which the workers compile side by side, the longest first; the progress line reads
+the embedded data set), which the workers compile side by side, the longest chain first (a kernel after its parts); the progress line reads
 "FSRS-6: compiling, first run only". A unit done once leaves a marker beside numba's cache, so later runs skip
 all of this. `report.py` and `run_table.py` warm every row they will run in one go.
 """
@@ -16,7 +16,7 @@ import hashlib
 import multiprocessing
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from functools import partial
 from pathlib import Path
 
@@ -86,7 +86,7 @@ def is_done(unit: Unit) -> bool:
 
 
 def pending(cfgs: list[RunConfig], extra: list[Unit] = ()) -> list[Unit]:
-    """The units of these runs (and `extra`) not compiled yet (no marker), each once, the longest first."""
+    """The units of these runs (and `extra`) not compiled yet (no marker), each once, the longest chain first (_chains)."""
     found: dict[str, Unit] = {u.label: u for u in extra}
     for cfg in cfgs:
         try:
@@ -94,7 +94,39 @@ def pending(cfgs: list[RunConfig], extra: list[Unit] = ()) -> list[Unit]:
                 found.setdefault(unit.label, unit)
         except Exception as exc:  # the run itself reports what is wrong with its model, user by user
             print(f"{cfg.name}: not compiled beforehand ({type(exc).__name__}: {exc})", file=sys.stderr)
-    return sorted((u for u in found.values() if not is_done(u)), key=lambda u: -u.seconds)
+    todo = [u for u in found.values() if not is_done(u)]
+    chain = _chains(todo)
+    return sorted(todo, key=lambda u: -chain[u.label])
+
+
+def _chains(todo: list[Unit]) -> dict[str, float]:
+    """Each unit's seconds plus the longest chain of units waiting for it (Unit.after): the longest chain first is
+    what keeps the workers busy until the end (a kernel's parts before loops that nothing waits for)."""
+    waiting: dict[str, list[Unit]] = {u.label: [] for u in todo}
+    for unit in todo:
+        for label in unit.after:
+            if label in waiting:
+                waiting[label].append(unit)
+    chain: dict[str, float] = {}
+
+    def length(unit: Unit) -> float:
+        if unit.label not in chain:
+            chain[unit.label] = unit.seconds + max((length(u) for u in waiting[unit.label]), default=0.0)
+        return chain[unit.label]
+
+    for unit in todo:
+        length(unit)
+    return chain
+
+
+def _next(todo: list[Unit], started: set[str], finished: set[str]) -> int | None:
+    """The index of the first unit of `todo` (the longest chain first) not started whose `after` units are all
+    finished (or not to be compiled in this warm-up); None if none is ready now."""
+    labels = {u.label for u in todo}
+    for i, unit in enumerate(todo):
+        if unit.label not in started and all(a in finished or a not in labels for a in unit.after):
+            return i
+    return None
 
 
 _TODO: list[Unit] = []  # the units of the warm-up under way: forked workers find them here (nothing is pickled)
@@ -112,7 +144,8 @@ def _build(index: int) -> str | None:
 def warm_up(cfgs: list[RunConfig], processes: int, quiet: bool = False, name: str | None = None,
             extra: list[Unit] = ()) -> None:
     """Compile the pending units of `cfgs` (and `extra`) on `processes` workers (forked after importing the models,
-    as the user pool is), with a progress line; each unit done leaves its marker. A unit that fails is reported in
+    as the user pool is), the longest chain first, a unit once those it comes after are done, with a progress line;
+    each unit done leaves its marker. A unit that fails is reported in
     one line and left to the run, which compiles what it needs as it goes."""
     todo = pending(cfgs, extra)
     if not todo:
@@ -135,14 +168,27 @@ def warm_up(cfgs: list[RunConfig], processes: int, quiet: bool = False, name: st
     _TODO[:] = todo
     try:
         workers = min(max(1, processes), len(todo))
+        started: set[str] = set()
+        finished: set[str] = set()
         if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
-            for i, unit in enumerate(todo):
-                done(unit, _build(i))
+            while (i := _next(todo, started, finished)) is not None:
+                started.add(todo[i].label)
+                done(todo[i], _build(i))
+                finished.add(todo[i].label)
             return
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(_build, i): unit for i, unit in enumerate(todo)}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
+            running: dict = {}
+            while True:
+                while len(running) < workers and (i := _next(todo, started, finished)) is not None:
+                    started.add(todo[i].label)
+                    running[pool.submit(_build, i)] = todo[i]
+                if not running:
+                    break
+                ready, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in ready:
+                    unit = running.pop(future)
+                    done(unit, future.result())
+                    finished.add(unit.label)  # failed too: what waits for it compiles the part itself
     finally:
         _TODO.clear()
         bar.close()

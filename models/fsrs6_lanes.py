@@ -51,7 +51,7 @@ reverse pass. The whole fit (5 folds, S0 not included): see fsrs6_kernels' docst
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from models.fsrs6_kernels import (C_D04, C_DF, C_E8, C_E35, C_EM, C_F, C_FLOOR, C_SINC, N_PARAMS, S_MAX, S_MIN)
 from models.jit import inlined
@@ -300,3 +300,10 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
         for j in range(N_PARAMS):
             gwc[j] += A[j].sum()
     return A[J_LOSS].sum()
+
+
+# The kernel's two large parts, as lanes_loss_grad calls them (work arrays allocated there; lane counts int64): a
+# first run compiles each on a worker of its own beside the engine's loops, and then the kernel, which loads them from
+# the cache (seq_engine.lane_units; FSRS-6's first run: ~2.1 s, ~1.5 s and ~2.2 s instead of one ~5.8 s unit).
+_WORK = (types.float64[::1], types.float64[:, :, ::1], types.float64[:, ::1], types.int64, types.int64)
+PARTS = ((group_forward, _WORK), (group_reverse, _WORK))

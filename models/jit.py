@@ -24,6 +24,7 @@ import types
 
 from numba import njit
 from numba.core import event
+from numba.core.cpu_options import FastMathOptions
 from numba.core.registry import CPUDispatcher
 from numba.core.targetconfig import ConfigStack
 
@@ -74,9 +75,9 @@ class InlinedDispatcher(CPUDispatcher):
     def targetoptions(self, options):
         self.__dict__["_options"] = options
 
-    def _variant(self):
+    def _variant(self, key=None):
         variants = self.__dict__.setdefault("_variants", {})
-        key = _caller_flags(self.__dict__.get("_declared", (frozenset(), "python")))
+        key = key or _caller_flags(self.__dict__.get("_declared", (frozenset(), "python")))
         variant = variants.get(key)
         if variant is None:
             f = self.py_func
@@ -98,6 +99,14 @@ class InlinedDispatcher(CPUDispatcher):
 
     def __call__(self, *args, **kws):
         return self._variant()(*args, **kws)
+
+    def compile_for(self, caller, argtypes) -> None:
+        """Compile (or load from the disk cache) the variant that the @njit function `caller` calls, for `argtypes`:
+        a large kernel's part compiled by a worker of its own in a first run (warmup.py), which the kernel's own
+        compilation then loads from the cache instead of compiling it again."""
+        options = caller.targetoptions
+        key = (frozenset(FastMathOptions(options.get("fastmath", False)).flags), options.get("error_model", "python"))
+        self._variant(key).compile(tuple(argtypes))
 
     @property
     def variants(self) -> dict:

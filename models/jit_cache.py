@@ -105,7 +105,9 @@ class Unit:
     """A piece of compiled code a model needs, compiled (or loaded from numba's disk cache) by calling `build`:
     independent of the other units of its model, so that a first run's workers compile them side by side
     (warmup.py). `label` names what it compiles (unique: two models sharing it share the unit); `seconds`, about
-    what compiling it costs, so that the longest start first."""
+    what compiling it costs, so that the longest start first; `after`, the labels of units whose compiled code it
+    loads from the cache rather than compiling it again (it starts once they are done: a kernel after its parts)."""
     label: str
     seconds: float
     build: Callable[[], object]
+    after: tuple[str, ...] = ()

@@ -194,6 +194,19 @@ def lane_kernel(model_module: str) -> int:
     return _LANE_KERNELS[model_module]
 
 
+def lane_units(kernels: str, model_module: str) -> list[Unit]:
+    """The lane kernel `kernels` (a LANE_KERNELS value) as compile units: the kernel, after the large parts its
+    module lists in PARTS ((helper, argument types) pairs: @inlined helpers it calls), each a unit of its own, so
+    that a first run's workers compile them side by side and the kernel then loads them from the cache."""
+    module, _, function = kernels.partition(":")
+    mod = importlib.import_module(module)
+    kernel = getattr(mod, function or "lanes_loss_grad")
+    parts = [Unit(f"lane kernel part {module}.{helper.py_func.__name__}", 2.0,
+                  partial(helper.compile_for, kernel, argtypes)) for helper, argtypes in getattr(mod, "PARTS", ())]
+    return parts + [Unit(f"lane kernel {kernels}", 2.5 if parts else 4.0, partial(lane_kernel, model_module),
+                         after=tuple(p.label for p in parts))]
+
+
 def toy_data() -> ReviewData:
     """Two cards, five reviews, three targets: enough for every kernel of a fit and a prediction to be compiled with
     the argument types real data gives them (SeqEngine.compile_units)."""
@@ -490,15 +503,15 @@ class SeqEngine:
                 bool(check_every_epoch), bool(keep_last))
 
     def compile_units(self, train: bool = True) -> list[Unit]:
-        """The engine's compiled code as independent units (models/jit_cache.Unit), which a first run compiles side
-        by side (warmup.py): the plug-in's lane kernel, and the trainer's and the predictions' loops. The loops'
+        """The engine's compiled code as units (models/jit_cache.Unit), which a first run compiles side by side
+        (warmup.py): the plug-in's lane kernel (and its parts: lane_units), and the trainer's and the predictions' loops. The loops'
         argument types are those of a toy card set, and the lane kernel is passed as an address (lane_kernel), so that
         the loops compile without it. `train`: False for a model that only predicts (its default weights)."""
         name = self.model_module
         units = []
         if train and self.lane_kernels:
-            units.append(Unit(f"lane kernel {self.lane_kernels}", 4.0, partial(lane_kernel, name)))
-        units.append(Unit(f"engine loops of {name}" + ("" if train else " (predictions)"), 2.0,
+            units += lane_units(self.lane_kernels, name)
+        units.append(Unit(f"engine loops of {name}" + ("" if train else " (predictions)"), 3.5 if train else 1.5,
                           partial(self._compile_loops, train)))
         return units
 
