@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -15,9 +16,13 @@ from config import REPO_ROOT, RunConfig
 from models.jit_cache import Unit
 
 
-def test_fsrs6_units_are_its_lane_kernel_and_the_engine_loops():
-    labels = [u.label for u in warmup.units(RunConfig(algo="FSRS-6"))]
-    assert labels == ["lane kernel models.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+PARTS = ["lane kernel part models.fsrs6_lanes.group_forward", "lane kernel part models.fsrs6_lanes.group_reverse"]
+
+
+def test_fsrs6_units_are_its_lane_kernel_after_its_parts_and_the_engine_loops():
+    units = warmup.units(RunConfig(algo="FSRS-6"))
+    assert [u.label for u in units] == PARTS + ["lane kernel models.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+    assert units[2].after == tuple(PARTS) and all(u.after == () for u in units[:2] + units[3:])
     assert [u.label for u in warmup.units(RunConfig(algo="FSRS-6", default=True))] == [
         "engine loops of models.fsrs6_kernels (predictions)"]
     assert [u.label for u in warmup.units(RunConfig(algo="AVG"))] == ["toy run of AVG"]
@@ -31,8 +36,8 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
         from numba.core import event
         from config import EMBEDDED_DATA, RunConfig
         cfg = RunConfig(algo="FSRS-6", processes=2, quiet=True)
-        assert [u.label for u in warmup.pending([cfg])] == [
-            "lane kernel models.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+        assert sorted(u.label for u in warmup.pending([cfg])) == [
+            "engine loops of models.fsrs6_kernels", "lane kernel models.fsrs6_lanes", *PARTS]
         warmup.warm_up([cfg], processes=2, quiet=True)
         assert warmup.pending([cfg]) == []
         seen = []
@@ -44,11 +49,44 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
         assert outcome.record is not None
         print(seen)
     """)
+    assert _fresh_cache_run(f"PARTS = {PARTS!r}\n" + code, tmp_path) == "[]"
+
+
+def _fresh_cache_run(code, tmp_path, *args):
+    """`code`'s output, run in a new process with the compiled-code cache in tmp_path."""
     env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path))
     env.pop("NUMBA_CACHE_DIR", None)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return out.stdout.strip()
+
+
+def test_the_lane_kernel_loads_its_parts_compiled_apart(tmp_path):
+    """The parts' units compile the variants FSRS-6's lane kernel calls, for the very types it passes: compiling
+    the kernel afterwards in another process (as another worker of a first run does) compiles neither part again."""
+    code = textwrap.dedent("""
+        import sys
+        from numba.core import event
+        import warmup
+        from config import RunConfig
+        units = {u.label: u for u in warmup.units(RunConfig(algo="FSRS-6"))}
+        kernel = units["lane kernel models.fsrs6_lanes"]
+        if sys.argv[1] == "parts":
+            for label in kernel.after:
+                units[label].build()
+        else:
+            seen = []
+            class L(event.Listener):
+                def on_start(self, ev): seen.append(ev.data["dispatcher"].py_func.__qualname__)
+                def on_end(self, ev): pass
+            with event.install_listener("numba:compile", L()):
+                kernel.build()
+            print(sorted(set(seen)))
+    """)
+    _fresh_cache_run(code, tmp_path, "parts")
+    seen = eval(_fresh_cache_run(code, tmp_path, "kernel"))
+    assert "lanes_loss_grad" in seen
+    assert not any(name.startswith(("group_forward", "group_reverse")) for name in seen), seen
 
 
 def _note(path):
@@ -74,6 +112,29 @@ def test_units_run_on_several_workers_once_and_leave_markers(tmp_path, monkeypat
         p.unlink()
     warmup.warm_up([RunConfig()], processes=2, quiet=True)
     assert not any(p.exists() for p in done)  # marked: not built again
+
+
+def _stamp(path, seconds=0.0, after=()):
+    """A unit that sleeps `seconds` and writes when it started and ended."""
+    def build():
+        start = time.time()
+        time.sleep(seconds)
+        path.write_text(f"{start} {time.time()}")
+    return Unit(path.name, seconds, build, after=tuple(after))
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_unit_starts_after_the_units_it_loads_and_the_longest_chain_first(tmp_path, monkeypatch, processes):
+    """The kernel waits for both of its parts; the parts (each with the kernel after it) start before the loops,
+    which take longer than either part but have nothing after them."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    p1, p2, kernel, loops = (tmp_path / n for n in ("p1", "p2", "kernel", "loops"))
+    units = [_stamp(loops, 1.0), _stamp(kernel, 0.5, after=["p1", "p2"]), _stamp(p1, 0.6), _stamp(p2, 0.55)]
+    assert [u.label for u in warmup.pending([], units)] == ["p1", "p2", "loops", "kernel"]  # chains 1.1, 1.05, 1.0
+    warmup.warm_up([], processes=processes, quiet=True, name="test", extra=units)
+    times = {p.name: tuple(map(float, p.read_text().split())) for p in (p1, p2, kernel, loops)}
+    assert times["kernel"][0] >= max(times["p1"][1], times["p2"][1])
+    assert times["loops"][0] >= min(times["p1"][1], times["p2"][1])
 
 
 def test_a_first_run_says_it_is_compiling(tmp_path):
@@ -175,8 +236,39 @@ def test_the_ici_unit_compiles_what_the_ici_calls(tmp_path):
             metrics.ici(y, x)
         print(seen)
     """)
+    assert _fresh_cache_run(f"PARTS = {PARTS!r}\n" + code, tmp_path) == "[]"
+
+
+def _fresh_cache_run(code, tmp_path, *args):
+    """`code`'s output, run in a new process with the compiled-code cache in tmp_path."""
     env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path))
     env.pop("NUMBA_CACHE_DIR", None)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return out.stdout.strip()
+
+
+def test_the_lane_kernel_loads_its_parts_compiled_apart(tmp_path):
+    """The parts' units compile the variants FSRS-6's lane kernel calls, for the very types it passes: compiling
+    the kernel afterwards (in another process, as a worker of a first run would) compiles neither part again."""
+    code = textwrap.dedent("""
+        import subprocess, sys
+        from numba.core import event
+        import warmup
+        from config import RunConfig
+        units = {u.label: u for u in warmup.units(RunConfig(algo="FSRS-6"))}
+        for label in units["lane kernel models.fsrs6_lanes"].after:
+            units[label].build()
+        seen = []
+        class L(event.Listener):
+            def on_start(self, ev): seen.append(ev.data["dispatcher"].py_func.__qualname__)
+            def on_end(self, ev): pass
+        import models.fsrs6_lanes as fl
+        fl.group_forward.compile_for  # the parts' variants live in the cache now; a new process loads them
+        with event.install_listener("numba:compile", L()):
+            units["lane kernel models.fsrs6_lanes"].build()
+        print(sorted(set(seen)))
+    """)
+    seen = eval(_fresh_cache_run(code, tmp_path))
+    assert "lanes_loss_grad" in seen
+    assert not any(name.startswith(("group_forward", "group_reverse")) for name in seen), seen
