@@ -7,7 +7,7 @@ What it reproduces, rule by rule:
   quicksort: fsrs-optimizer 5.x / January-2025 `other.py`, whose pandas `sort_values` was not stable; the model
   picks, see `sort_kind`) and cut into consecutive batches of `batch_size`, each padded with
   zeros to its own longest history. numpy's quicksort orders equal keys by its version and the CPU's SIMD routine:
-  the published results' order (numpy 2.2, AVX-512) by default, on every CPU (models/legacy_sort.py; README);
+  the published results' order (numpy 2.2, AVX-512) by default, on every CPU (models/legacy_sort.py; docs/trainers.md);
 - the ORDER of the batches is shuffled every epoch by `torch.randperm` on one generator seeded 2023 for the run;
   the global torch seed is 42;
 - Adam(lr 4e-2, betas (0.9, 0.999)), CosineAnnealingLR with T_max = batches·epochs, stepped every batch;
