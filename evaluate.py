@@ -245,8 +245,10 @@ def _as_float(value) -> float:
     return out
 
 
-def read_result_file(path: Path, metric_keys=("LogLoss", "RMSE(bins)", "AUC", "RMSE", "ICI", "MBE")) -> ModelResults:
-    """Parse `result/<name>.jsonl`, tolerating blank, torn and malformed lines (each one is reported once)."""
+def read_result_file(path: Path, metric_keys=("LogLoss", "RMSE(bins)", "AUC", "RMSE", "ICI", "MBE", "smECE")
+                     ) -> ModelResults:
+    """Parse `result/<name>.jsonl`, tolerating blank, torn and malformed lines (each one is reported once). A metric
+    a line lacks (smECE in result files written before it was added) reads as NaN."""
     path = Path(path)
     rows: dict[int, tuple[float, dict[str, float]]] = {}
     n_params = None

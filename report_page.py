@@ -115,6 +115,18 @@ def _f(x, digits=4) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+SMECE_TEXT = ("smECE (smoothed expected calibration error) sums the picture up in one number: how far predicted "
+              "recall is, on average over your reviews, from the recall measured among reviews with similar "
+              "predictions, looked at through a smooth window instead of fixed bins. 0 is perfect; 0.02 is about 2 "
+              "percentage points off. Lower is better.")
+
+
+def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float | None:
+    """Mean over the collections that have the value (result lines written before smECE lack it), or None."""
+    have = ~np.isnan(values)
+    return float(np.average(values[have], weights=weights[have])) if have.any() else None
+
+
 def _points(mae: float) -> str:
     return f"{100 * mae:.1f}"
 
@@ -183,6 +195,7 @@ def single(inputs, names, runs, params, args, sections, data) -> str:
         for key in ("LogLoss", "RMSE(bins)", "AUC"):
             entry[key] = metrics.get(key)
             entry[key + " interval"] = resample.interval(np.concatenate(stats[n][key]))
+        entry["smECE"] = metrics.get("smECE")  # None in a result line written before smECE was added
         ranking.append(entry)
     data.update(ranking=ranking, head_to_head={"models": order, "share": share.tolist(),
                                                "reviews": len(common)})
@@ -229,6 +242,8 @@ def single(inputs, names, runs, params, args, sections, data) -> str:
                                            img / "calibration-best-vs-anki.png",
                                            f"{_label(order[0])} against Anki's default scheduler"),
               "the best model against Anki's default scheduler")
+    s.p(SMECE_TEXT)
+    s.table(["Model", "smECE"], [[e["label"], _f(e["smECE"])] for e in ranking])
     sections.append(s)
 
     s = Section("Head to head")
@@ -299,15 +314,18 @@ def several(inputs, names, runs, params, args, sections, data) -> str:
     else:
         s.p("One collection only: no comparison across collections.")
     sections.append(s)
+    smece = {n: _weighted_mean(by_name[n].metrics["smECE"], by_name[n].size) for n in order}
     if cals:
         s = Section("Calibration")
         s.p("Every model's predictions over all collections pooled, in bins of 5%, against measured recall.")
         s.img(analysis.calibration_grid({_label(n): c for n, c in cals.items()}, img / "calibration.png",
                                         "Calibration, all collections pooled"),
               "calibration of every model")
+        s.p(SMECE_TEXT + " Here each collection's smECE, averaged weighted by its evaluated reviews.")
+        s.table(["Model", "smECE"], [[_label(n), _f(smece[n])] for n in order])
         sections.append(s)
     data["ranking"] = [{"model": n, "label": _label(n), "weighted LogLoss": weighted[n],
-                        "mae": cals[n]["mae"] if n in cals else None} for n in order]
+                        "mae": cals[n]["mae"] if n in cals else None, "smECE": smece[n]} for n in order]
     data_section(sections, facts)
     return headline
 

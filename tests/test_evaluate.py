@@ -146,6 +146,29 @@ def test_bad_lines_are_skipped_with_a_warning(tmp_path):
     assert list(res.users) == [1, 2]
 
 
+def test_result_files_with_and_without_smece_give_the_same_tables(tmp_path, capsys):
+    """Result lines written before smECE joined the metrics read as before (smECE NaN); the tables' columns and
+    numbers do not depend on it."""
+    three_models(tmp_path / "old")
+    new = tmp_path / "new"
+    new.mkdir()
+    for path in (tmp_path / "old").glob("*.jsonl"):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for k, line in enumerate(lines):
+            line["metrics"] = {**{key: v for key, v in line["metrics"].items() if key != "AUC"},
+                               "smECE": 0.01 * (k + 1), "AUC": line["metrics"]["AUC"]}
+        (new / path.name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    old_models = {m.name: m for m in evaluate.load_models(tmp_path / "old")}
+    new_models = {m.name: m for m in evaluate.load_models(new)}
+    assert np.isnan(old_models["A"].metrics["smECE"]).all()
+    assert list(new_models["A"].metrics["smECE"]) == [0.01, 0.02, 0.03, 0.04]
+    out = {}
+    for folder in ("old", "new"):
+        assert evaluate.main(["--results", str(tmp_path / folder), "--n-resamples", "99"]) == 0
+        out[folder] = capsys.readouterr().out
+    assert out["old"] == out["new"] and "Total number of users: 3." in out["old"] and "smECE" not in out["old"]
+
+
 def test_readme_rewrite_between_markers(tmp_path):
     three_models(tmp_path / "result")
     readme = tmp_path / "README.md"

@@ -58,11 +58,13 @@ def test_ranking_numbers_are_evaluates(single):
     for entry in data["ranking"]:
         m = models[entry["model"]]
         assert list(m.users) == [1]
-        for key in ("LogLoss", "RMSE(bins)", "AUC"):
+        for key in ("LogLoss", "RMSE(bins)", "AUC", "smECE"):
             assert entry[key] == m.metrics[key][0]
         assert entry["size"] == m.size[0]
         row = f"| {entry['label']} | {entry['LogLoss']:.4f} ("
         assert row in md
+        assert f"| {entry['label']} | {entry['smECE']:.4f} |" in md  # the calibration section's smECE table
+    assert "smECE (smoothed expected calibration error)" in md.split("## Calibration")[1].split("## ")[0]
     lls = [e["LogLoss"] for e in data["ranking"]]
     assert lls == sorted(lls)  # best first
     assert data["headline"].startswith(f"{data['ranking'][0]['label']} predicts the reviews")
@@ -130,7 +132,13 @@ def test_several_collections_show_evaluates_tables(tmp_path):
     assert report.main([str(KANJI), str(SAT), "--out", str(out), "--models", "AVG,SM2", "--processes", "1",
                         "--quiet"]) == 0
     models, info = evaluate.common_users(evaluate.load_models(work_dir(out) / "result", ["AVG", "SM2"]))
-    assert evaluate.build_tables(models, info) in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert evaluate.build_tables(models, info) in md
+    data = json.loads((out / "report.json").read_text())
+    for entry in data["ranking"]:  # smECE per collection from the result lines, averaged weighted by reviews
+        m = next(m for m in models if m.name == entry["model"])
+        assert entry["smECE"] == pytest.approx(np.average(m.metrics["smECE"], weights=m.size), rel=1e-12)
+        assert f"| {entry['label']} | {entry['smECE']:.4f} |" in md
     assert (out / "img" / "Superiority-2.png").exists()
 
 

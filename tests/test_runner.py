@@ -55,7 +55,8 @@ def test_run_writes_one_line_per_user_and_resumes(dataset, tmp_path):
     for line in lines:
         assert set(line) >= {"metrics", "user", "size", "time_ms"}
         assert line["size"] % 5 == 0 and line["size"] > 0
-        assert set(line["metrics"]) >= {"LogLoss", "RMSE", "RMSE(bins)", "AUC", "ICI", "MBE"}
+        assert list(line["metrics"]) == ["RMSE", "LogLoss", "RMSE(bins)", "smECE", "AUC", "ICI", "precision@90",
+                                         "recall@90", "MBE"]
     raw, _ = read_results(tmp_path / "raw" / "AVG.jsonl")
     assert [len(r["p"]) for r in raw] == [l["size"] for l in lines]
     tsv = pd.read_csv(tmp_path / "evaluation" / "AVG" / "1.tsv", sep="\t")
