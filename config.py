@@ -1,12 +1,15 @@
 """Every run option in one place: the flags, their defaults, and the result-file name they imply.
 
 Both command-line entry points (`script.py`, `other.py`) build a `RunConfig` with `build_parser`, so a new flag is
-added here once and is seen by the runner, the feature pipeline and the models alike.
+added here once and is seen by the runner, the feature pipeline and the models alike. This module imports no other
+module of the project (the models import it): what the result name needs to know of a model is in the tables below,
+which the model classes read, and a model file's NAME is read from its text (`declared_name`).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,16 @@ ALWAYS_SHORT = {"FSRS-5", "FSRS-6", "FSRS-rs", "LSTM", "FSRS-7"}  # LSTM, FSRS-7
 # Models whose published run is recency-weighted, built into the model (its RECIPE): the result name carries
 # "-recency" with or without the flag (SBD: upstream publishes `--algo SBD --recency`, file SBD-recency)
 ALWAYS_RECENCY = {"SBD"}
+# The flags that are a model's published mode, always on: they add no suffix to the result name (the model class's
+# `builtin_flags` is its entry here, so the name is known without importing the model)
+BUILTIN_FLAGS = {
+    "FSRS-7": ("secs", "equalize_test_with_non_secs"),
+    "FSRS-6-one-step": ("short",),
+    "LSTM": ("secs", "duration", "equalize_test_with_non_secs"),
+    "LogisticRegression": ("short", "secs", "recency", "equalize_test_with_non_secs"),
+}
+# Models on upstream's general --secs feature pipeline (features.py step 5): the model class's `accepts_secs`
+ACCEPTS_SECS = {"FSRS-7", "LogisticRegression"}
 
 
 @dataclass
@@ -75,16 +88,17 @@ class RunConfig:
 
     @property
     def builtin_flags(self) -> tuple:
-        """The flags that are the model's published mode, always on (a class attribute `builtin_flags`; e.g. the
-        LSTM's secs/duration/equalized test rows). They add no suffix to the result name."""
-        return _model_attr(self.algo, "builtin_flags", ())
+        """The flags that are the model's published mode, always on (BUILTIN_FLAGS, the model class's
+        `builtin_flags`; e.g. the LSTM's secs/duration/equalized test rows). They add no suffix to the result
+        name."""
+        return BUILTIN_FLAGS.get(self.algo, ())
 
     @property
     def secs_mode(self) -> bool:
-        """The general --secs feature pipeline (features.py step 5): for a model that declares `accepts_secs`,
-        when --secs is given or is one of its built-in flags. The LSTM handles its secs inputs itself (its own
-        target hook), so it does not declare it."""
-        return bool(_model_attr(self.algo, "accepts_secs", False)) and (self.secs or "secs" in self.builtin_flags)
+        """The general --secs feature pipeline (features.py step 5): for a model that declares `accepts_secs`
+        (ACCEPTS_SECS), when --secs is given or is one of its built-in flags. The LSTM handles its secs inputs
+        itself (its own target hook), so it does not declare it."""
+        return self.algo in ACCEPTS_SECS and (self.secs or "secs" in self.builtin_flags)
 
     @property
     def equalize_mode(self) -> bool:
@@ -96,9 +110,7 @@ class RunConfig:
     @property
     def model_name(self) -> str:
         """The model's name: --algo, or the NAME a model file declares (its stem if none)."""
-        if str(self.algo).endswith(".py"):
-            from models.own_model import declared_name
-
+        if is_model_path(self.algo):
             return declared_name(self.algo)
         return self.algo
 
@@ -106,9 +118,7 @@ class RunConfig:
     def name(self) -> str:
         """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
         flags add none: its published row keeps the model's name)."""
-        # (the model's module is imported only when a flag it could have built in is set)
-        flagged = self.short or self.secs or self.recency or self.equalize_test_with_non_secs
-        builtin = self.builtin_flags if flagged else ()
+        builtin = self.builtin_flags
         parts = [self.model_name]
         if self.default:
             parts.append("default")
@@ -135,14 +145,24 @@ class RunConfig:
         return "-".join(parts)
 
 
-def _model_attr(algo: str, attr: str, default):
-    """A class attribute of the registered model `algo` (default for an unknown name)."""
-    import models
+def is_model_path(spec: str) -> bool:
+    """Whether an --algo/--model value names a file rather than a registered model."""
+    return str(spec).endswith(".py")
 
+
+def declared_name(path: str | Path) -> str:
+    """NAME = "..." of a model file, read without running it (the result-file name is needed before any model is
+    imported); the file's stem if it declares none."""
+    path = Path(path)
     try:
-        return getattr(models.model_class(algo), attr, default)
-    except (ValueError, ImportError):
-        return default
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return path.stem
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) and node.value.value:
+                return node.value.value
+    return path.stem
 
 
 def build_parser(description: str, default_algo: str, algo_choices: list[str] | None) -> argparse.ArgumentParser:
@@ -242,8 +262,6 @@ def algo_arg(choices: list[str] | None):
     path so that worker processes find it. The file is loaded and checked by runner.run before any work: a missing
     or broken one is one line, "error: path:line: what", and exit code 2 (not argparse's usage block)."""
     def parse(value: str) -> str:
-        from models.own_model import is_model_path
-
         if is_model_path(value):
             return str(Path(value).expanduser().resolve())
         if choices is not None and value not in choices:

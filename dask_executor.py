@@ -79,14 +79,14 @@ def dask_client(cfg: RunConfig, n_workers: int | None = None):
 
 def _check_dask_workers(client, root) -> None:
     """Every worker must import this repository's code and see the data; say so clearly before submitting."""
-    def probe(root):  # nested: cloudpickle ships it by value, so it runs even where `runner` cannot be imported
+    def probe(root):  # nested: cloudpickle ships it by value, so it runs even where srs-bench cannot be imported
         import importlib
         import os
 
-        try:
-            importlib.import_module("runner")
+        try:  # what every task imports first (_dask_entry's run_user), and with it the pipeline and the models
+            importlib.import_module("dask_executor")
         except Exception as exc:
-            return f"cannot import srs-bench's runner ({exc}); start the worker from the repository with " \
+            return f"cannot import srs-bench's dask_executor ({exc}); start the worker from the repository with " \
                    f"PYTHONPATH=<repo> (docs/cluster.md)"
         if "://" not in str(root) and not os.path.isdir(os.path.join(str(root), "revlogs")):
             return f"the data folder {root} is not visible on this worker: use a shared file system or an " \

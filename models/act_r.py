@@ -71,12 +71,12 @@ import numpy as np
 from numba import njit
 
 from models.dash import round4, with_max_seq_len
+from models.history_constants import SECONDS_PER_DAY
 from models.jit import inlined
 from models.kernel_math import bce, sigmoid
 from models.seq_model import SeqModel
 from models.vec_math import exp_table
 
-SECONDS_PER_DAY = 86400.0
 # scratch columns per review k of the card: d_k, ∂d_k/∂a, ∂d_k/∂c, ∂d_k/∂h
 N_STATE = 4
 

@@ -18,6 +18,8 @@ path reads, none of it importing torch:
 - `NeuralModel`: the Model; it builds a FlatNet when the run is the default compiled trainer on the CPU, one user
   per process, and the torch module (`net_class`, imported on first use) otherwise (`--trainer upstream|autograd`,
   `--device cuda`, `--batch-users`, pretrain.py).
+This module never imports neural_seq (which imports it): the torch paths here (loading a torch module's weights,
+its upstream trainer, its predictions without a compiled loss) are methods of that module (neural_seq.CardSeqNet).
 """
 
 from __future__ import annotations
@@ -305,10 +307,8 @@ def card_first_mask(data: ReviewData) -> np.ndarray:
 
 def predict_cards(net, data: ReviewData, chunk: int = PREDICT_TARGETS) -> np.ndarray:
     """P(recall) of every row of `data`, in row order (NaN for a row without history), one pass per card."""
-    if not isinstance(net, CompiledNet):
-        from models.neural_seq import predict_torch
-
-        return predict_torch(net, data, chunk)
+    if not isinstance(net, CompiledNet):  # a torch module stepped in torch (neural_seq.CardSeqNet.predict_torch)
+        return net.predict_torch(data, chunk)
     out = np.full(len(data), np.nan)
     net.eval()
     cards = CardSet(net, data)
@@ -433,9 +433,7 @@ class NeuralModel(Model):
             # torch builds the module from torch.manual_seed(TORCH_SEED) before loading; every parameter of these
             # nets is in the state dict, so that initialisation never reaches a result and is not reproduced here
             return self.flat_class(read_weights(name, command))
-        from models.neural_seq import torch_net
-
-        return torch_net(self.net_class, name, command)
+        return self.net_class.pretrained(name, command)  # neural_seq.torch_net
 
     def fit(self, train: ReviewData) -> "NeuralModel":
         if self.cfg.default:
@@ -446,10 +444,8 @@ class NeuralModel(Model):
         if getattr(self.cfg, "trainer", "fast") == "fast":
             fit_cards(self.net, train, n_epoch=self.n_epoch, batch_size=self.cfg.batch_size,
                       max_seq_len=self.cfg.max_seq_len, weights=weights)
-        else:
-            from models.neural_seq import fit_upstream
-
-            fit_upstream(self.net, train, self.cfg, n_epoch=self.n_epoch)
+        else:  # the torch module (neural_seq.fit_upstream)
+            self.net.fit_upstream(train, self.cfg, n_epoch=self.n_epoch)
         return self
 
     def predict(self, test: ReviewData) -> np.ndarray:

@@ -52,14 +52,12 @@ import numpy as np
 from numba import njit
 
 from models.base import InadequateData, ReviewData
+from models.history_constants import ACTR_MIN_DELTA, MCM_TAU, WINDOWS
 from models.jit import inlined
 from models.kernel_math import bce, sigmoid
 from models.seq_engine import NUMPY126
 from models.seq_model import SeqModel
 
-WINDOWS = (1.0, 7.0, 30.0, math.inf)
-MCM_TAU = (0.2434, 1.9739, 16.0090, 129.8426)
-ACTR_MIN_DELTA = 0.1  # upstream's clamp value; entries equal to it (after the clamp) are dropped
 N_STATE = 8
 
 

@@ -22,16 +22,9 @@ import numpy as np
 
 from models.base import Model, ReviewData, recency_weights  # noqa: F401 (recency_weights: re-exported for benches)
 from models.fsrs6_kernels import (CLIP_HI, CLIP_LO, DEFAULT_W, FLOOR_GRADE, LR, N_PARAMS, S_MAX,  # noqa: F401
-                                  S_MIN, SIGMA)
+                                  S_MIN, SIGMA, forgetting_curve)
 from models.fsrs_init import initialize_s0
 from models.seq_engine import SeqEngine
-
-
-
-def forgetting_curve(t, s, decay):
-    """R(t, S) = (1 + F·t/S)^(−d), F = 0.9^(−1/d) − 1, so that R(S, S) = 0.9. Works on tensors and arrays."""
-    factor = 0.9 ** (-1.0 / decay) - 1.0
-    return (1.0 + factor * t / s) ** (-decay)
 
 
 # ---------------------------------------------------------------------------------- the compiled (fast) trainer

@@ -97,6 +97,13 @@ C_FLOOR = 31  # floor grade
 N_WC = 32
 
 
+def forgetting_curve(t, s, decay):
+    """R(t, S) = (1 + F·t/S)^(−d), F = 0.9^(−1/d) − 1, so that R(S, S) = 0.9. Works on tensors and arrays (the S0 fit
+    of models/fsrs6.py, the torch model of models/fsrs6_torch.py; `curve` below is the plug-in's)."""
+    factor = 0.9 ** (-1.0 / decay) - 1.0
+    return (1.0 + factor * t / s) ** (-decay)
+
+
 @njit(cache=True)
 def precompute(w, opts):
     """wc = w followed by the weight-only constants (layout above); opts[0] = floor grade (default 3)."""

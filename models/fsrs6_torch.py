@@ -8,8 +8,7 @@ import torch
 from torch import Tensor, nn
 
 import training
-from models.fsrs6 import forgetting_curve
-from models.fsrs6_kernels import CLIP_HI, CLIP_LO, S_MAX, S_MIN, SIGMA
+from models.fsrs6_kernels import CLIP_HI, CLIP_LO, S_MAX, S_MIN, SIGMA, forgetting_curve
 
 GAMMA = 1.0  # weight of the L2 prior
 

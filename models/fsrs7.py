@@ -87,6 +87,7 @@ import math
 import numpy as np
 import torch
 
+from config import ACCEPTS_SECS, BUILTIN_FLAGS, RunConfig
 from models.base import InadequateData, Model, ReviewData
 from models.fsrs_init import S0_MAX, StepLbfgsb, fit_many, fit_one_rating, fit_one_rating_scipy, repair_order
 
@@ -407,15 +408,14 @@ class FSRS7(Model):
 
     name = NAME
     autograd = True  # `--trainer autograd` runs the equations on the autograd engine instead of the traced plug-in
-    accepts_secs = True  # the general --secs feature pipeline: fractional intervals, same-day targets
+    accepts_secs = NAME in ACCEPTS_SECS  # the general --secs feature pipeline: fractional intervals, same-day targets
     # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's
-    # `--short --secs --equalize_test_with_non_secs` (--short through config.ALWAYS_SHORT)
-    builtin_flags = ("secs", "equalize_test_with_non_secs")
+    # `--short --secs --equalize_test_with_non_secs` (secs, equalize_test_with_non_secs: config.BUILTIN_FLAGS;
+    # --short through config.ALWAYS_SHORT)
+    builtin_flags = BUILTIN_FLAGS[NAME]
 
     def __init__(self, cfg=None):
         if cfg is None:
-            from config import RunConfig
-
             cfg = RunConfig(algo=NAME)
         self.cfg = cfg
         self.w = list(DEFAULT_W)

@@ -32,6 +32,7 @@ import math
 import numpy as np
 from numba import njit
 
+from config import BUILTIN_FLAGS
 from models.base import Model, ReviewData
 from models.fsrs_init import initialize_s0
 
@@ -179,7 +180,7 @@ def sgd_pass(w, seq_t, seq_g, starts, pos, t, y, lr, lo, hi):
 
 class FSRS6OneStep(Model):
     name = "FSRS-6-one-step"
-    builtin_flags = ("short",)  # same-day reviews in the histories, as FSRS-6 (config.ALWAYS_SHORT)
+    builtin_flags = BUILTIN_FLAGS[name]  # ("short",): same-day reviews in the histories, as FSRS-6 (ALWAYS_SHORT)
 
     def __init__(self, cfg=None):
         self.cfg = cfg

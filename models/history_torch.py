@@ -12,9 +12,8 @@ import torch
 from torch import nn
 
 import training
-from models.act_r import SECONDS_PER_DAY
 from models.base import ReviewData
-from models.dash import ACTR_MIN_DELTA, MCM_TAU, WINDOWS
+from models.history_constants import ACTR_MIN_DELTA, MCM_TAU, SECONDS_PER_DAY, WINDOWS
 
 
 # ------------------------------------------------------------------------------------------ ACT-R

@@ -60,6 +60,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from config import ACCEPTS_SECS, BUILTIN_FLAGS
 from models.base import Model, ReviewData
 from models.kernel_math import adam_step, cosine_lr
 from models.torch_rng import TorchGenerator
@@ -236,8 +237,8 @@ def recency(n: int) -> np.ndarray:
 
 class LogisticRegression(Model):
     name = "LogisticRegression"
-    accepts_secs = True  # the general --secs pipeline (features.py)
-    builtin_flags = ("short", "secs", "recency", "equalize_test_with_non_secs")  # its published mode, always on
+    accepts_secs = name in ACCEPTS_SECS  # the general --secs pipeline (features.py)
+    builtin_flags = BUILTIN_FLAGS[name]  # its published mode, always on: short, secs, recency, equalized test rows
 
     def __init__(self, cfg=None):
         self.cfg = cfg

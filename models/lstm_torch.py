@@ -1,7 +1,7 @@
-"""The LSTM's torch side (description, data and recipes in models/lstm.py): the torch module LSTMNet (upstream's
-architecture, `--trainer upstream`, Reptile pretraining, the reference the compiled kernels are tested against), the
-fine-tune stepped in torch (`finetune(layout="cards" | "targets")`) and Reptile. Imported only by those paths, so
-that a default LSTM run never loads torch.
+"""The LSTM's torch side (description, data and recipes in models/lstm_spec.py, the model in models/lstm.py): the
+torch module LSTMNet (upstream's architecture, `--trainer upstream`, Reptile pretraining, the reference the compiled
+kernels are tested against), the fine-tune stepped in torch (`finetune(layout="cards" | "targets")`) and Reptile.
+Imported only by those paths, so that a default LSTM run never loads torch.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from models.base import ReviewData
-from models.lstm import (BATCH, FINETUNE, INNER_BETAS, N_CURVES, N_HIDDEN, REPTILE, LSTMData, LSTMSpec,  # noqa: F401
-                         finetune_compiled, finetune_rows, inner_recipe, lstm_features, piecewise_lr)
+from models.lstm_spec import (BATCH, FINETUNE, INNER_BETAS, N_CURVES, N_HIDDEN, REPTILE, LSTMData,  # noqa: F401
+                              LSTMSpec, finetune_compiled, finetune_rows, inner_recipe, lstm_features, piecewise_lr)
 from models.neural_seq import TORCH_SEED, CardBatch, CardSet, CompiledCardNet
 
 

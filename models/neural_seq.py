@@ -124,6 +124,21 @@ class CardSeqNet(training.TrainableModule):
         """training.py's hook after every optimizer step."""
         self.clip_params_()
 
+    # --- the torch paths that card_net's torch-free code (NeuralModel, predict_cards) calls on the module it holds:
+    # card_net does not import this module, which imports it ---------------------------------------------------
+    @classmethod
+    def pretrained(cls, name: str, command: str) -> "CardSeqNet":
+        """torch_net: a fresh module of this class with pretrain/<name>.pth loaded."""
+        return torch_net(cls, name, command)
+
+    def predict_torch(self, data: ReviewData, chunk: int = PREDICT_TARGETS) -> np.ndarray:
+        """predict_cards stepped in torch (module function predict_torch)."""
+        return predict_torch(self, data, chunk)
+
+    def fit_upstream(self, data: ReviewData, cfg, *, n_epoch: int, lr: float | None = None) -> None:
+        """The module function fit_upstream on this network."""
+        fit_upstream(self, data, cfg, n_epoch=n_epoch, lr=lr)
+
 
 
 class CompiledCardNet(CardSeqNet, CompiledNet):

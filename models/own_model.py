@@ -40,7 +40,6 @@ Loading: `load(path)` imports the file (importlib, under a name unique to its pa
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib
 import importlib.util
@@ -51,6 +50,7 @@ from types import ModuleType
 
 import numpy as np
 
+from config import RunConfig, declared_name, is_model_path  # noqa: F401 (declared_name: re-exported)
 from models.base import InadequateData, Model, ReviewData
 
 
@@ -58,30 +58,10 @@ class ModelFileError(ValueError):
     """A model file that is missing or breaks the contract (the command line reports it and exits with 2)."""
 
 
-def is_model_path(spec: str) -> bool:
-    """Whether an --algo/--model value names a file rather than a registered model."""
-    return str(spec).endswith(".py")
-
-
 def file_version(path: str | Path) -> str:
     """The first 12 hex digits of the sha1 of a model file's content: what its results and compiled code belong
     to (an edited file gets new ones)."""
     return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
-
-
-def declared_name(path: str | Path) -> str:
-    """NAME = "..." of a model file, read without running it (the result-file name is needed before any model is
-    imported); the file's stem if it declares none."""
-    path = Path(path)
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return path.stem
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) and node.value.value:
-                return node.value.value
-    return path.stem
 
 
 def load(path: str | Path) -> ModuleType:
@@ -166,8 +146,6 @@ class OwnModel(Model):
         from models.autograd_engine import AutogradEngine, Recipe
 
         if cfg is None:
-            from config import RunConfig
-
             cfg = RunConfig()
         self.cfg = cfg
         mod = self.module

@@ -134,7 +134,7 @@ def _indent(lines: list[str], n: int) -> list[str]:
 
 def generate_lanes(traces: dict, source: str = "a model file") -> str:
     """The lane module's Python source for a model's traces (traced.trace_model)."""
-    from models.traced import _active, _backward_lines, _forward_lines, _plan
+    from models.traced_codegen import _active, _backward_lines, _forward_lines, _plan
 
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
