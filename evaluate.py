@@ -1,7 +1,10 @@
 """README tables from per-user result files: means with 99% BCa bootstrap intervals, plus superiority,
 significance and calibration plots (see `analysis.py`).
 
-    python evaluate.py                                  # both tables for every result/*.jsonl
+    python evaluate.py                                  # upstream's current "without same-day reviews" table
+    python evaluate.py --secs                           # ... its "with same-day reviews" table
+    python evaluate.py --all-tables                     # both, one after the other (what run_table.py writes)
+    python evaluate.py --layout seeds                   # the seeds' layout: weighted + unweighted, every file
     python evaluate.py --models FSRS-6,AVG --readme README.md
     python evaluate.py --superiority --significance     # also plots/Superiority-<n>.png, Wilcoxon-/T-test-<n>-collections.png
     python evaluate.py --calibration FSRS-6 [--user 8]  # plots/calibration-FSRS-6[-user-8].png from raw/FSRS-6.jsonl
@@ -20,6 +23,24 @@ Aggregation follows upstream's evaluate.py (spec §7):
 - rows are labelled as upstream's README labels them ("FSRS-6-dry-run" → "FSRS-6 default param.", "Anki" →
   "Anki-SM-2 trainable"; `--file-names` keeps the file names), and "Parameters" is the README's count for every
   name of either era of upstream's result files (`KNOWN_MODELS`), else the length of the stored weight list.
+
+Two layouts (`--layout`):
+- `current` (default): upstream's evaluate.py/README of today. Only UNWEIGHTED per-user means (the review-weighted
+  table is gone upstream), columns Model | Parameters | Log Loss↓ | RMSE(bins)↓ | AUC↑ | Input features, rows sorted
+  by Log Loss, in each metric column ONE best cell in bold (lowest Log Loss / RMSE(bins), highest AUC; on a tie the
+  row listed first) and the name of every row that holds one. Two tables: "Without same-day reviews" (default) and
+  "With same-day reviews" (`--secs`), each over its own result files and its own common users. A file belongs to the
+  with-same-day table when its upstream name (`current_name`) has the `secs` flag and is not
+  `equalize_test_with_non_secs` (upstream: the `-short-secs` files, e.g. `DASH-short-secs`, `FSRS-6-short-secs`);
+  every other file belongs to the without-same-day table (the equalized secs rows such as FSRS-7, LSTM and Logistic
+  Regression are tested on the day-level reviews, so upstream lists them there).
+  THE NAME MAPPING lives here, in `current_name` (srs-bench result name → upstream's current file name: the flags a
+  model always runs with are spelled out, e.g. `FSRS-6` → `FSRS-6-short`, `FSRS-6-S0` → `FSRS-6-S0-short`, `LSTM` →
+  `LSTM-short-secs-duration-equalize_test_with_non_secs`, from config.ALWAYS_SHORT and config.BUILTIN_FLAGS) and
+  `CURRENT_LABELS` (upstream's current file name → the row name its tables show, e.g. `FSRS-6-short` → `FSRS-6`,
+  `DASH-short-secs` → `DASH`); names it does not list keep `display_name`'s label.
+- `seeds`: the layout the seeds' published numbers use, unchanged: a review-weighted and an unweighted table
+  (`--scale`) over every result file, every best cell in bold.
 """
 
 from __future__ import annotations
@@ -35,6 +56,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 from scipy.special import ndtr, ndtri
+
+from config import ALWAYS_SHORT, BUILTIN_FLAGS
 
 REPO_ROOT = Path(__file__).resolve().parent
 
@@ -576,6 +599,235 @@ def rewrite_readme(path: Path, content: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Upstream's current layout: two unweighted tables, without / with same-day reviews
+
+# The flags of upstream's result-file names, in the order upstream's names spell them.
+_FLAG_ORDER = ("short", "secs", "duration", "recency", "equalize_test_with_non_secs")
+# Modes that come right after the algorithm, before the flags ("FSRS-6-S0-short", "FSRS-7-default-short-secs...").
+_MODES = ("default", "dry-run", "S0", "pretrain", "binary")
+
+
+def current_name(name: str) -> str:
+    """Upstream's current result-file name of an srs-bench result name: the flags a model always runs with
+    (config.ALWAYS_SHORT: short; config.BUILTIN_FLAGS: e.g. the LSTM's secs, duration, equalize_test_with_non_secs)
+    are spelled out in upstream's order. "FSRS-6" → "FSRS-6-short", "FSRS-6-binary" → "FSRS-6-binary-short",
+    "FSRS-6-recency" → "FSRS-6-short-recency", "FSRS-7-preset" →
+    "FSRS-7-short-secs-equalize_test_with_non_secs-preset", "LSTM" →
+    "LSTM-short-secs-duration-equalize_test_with_non_secs". Other names, and names already spelled upstream's way,
+    are returned unchanged."""
+    algos = sorted(set(ALWAYS_SHORT) | set(BUILTIN_FLAGS), key=len, reverse=True)  # "FSRS-6-one-step" first
+    algo = next((a for a in algos if name == a or name.startswith(a + "-")), None)
+    if algo is None:
+        return name
+    rest = name[len(algo) + 1:]
+    modes = []
+    while True:
+        mode = next((m for m in _MODES if rest == m or rest.startswith(m + "-")), None)
+        if mode is None:
+            break
+        modes.append(mode)
+        rest = rest[len(mode) + 1:]
+    tokens = [t for t in rest.split("-") if t] if rest else []
+    flags = set(BUILTIN_FLAGS.get(algo, ())) | ({"short"} if algo in ALWAYS_SHORT else set())
+    flags |= {t for t in tokens if t in _FLAG_ORDER}
+    others = [t for t in tokens if t not in _FLAG_ORDER]
+    return "-".join([algo, *modes, *(f for f in _FLAG_ORDER if f in flags), *others])
+
+
+def with_same_day(name: str) -> bool:
+    """Whether a result file belongs to upstream's "With same-day reviews" table (`--secs`): its upstream name has
+    the secs flag and is not equalized to the day-level test set (upstream's `-short-secs` files)."""
+    tokens = current_name(name).split("-")
+    return "secs" in tokens and "equalize_test_with_non_secs" not in tokens
+
+
+# Upstream's current file name → the row name its current tables show. Names not listed: `display_name`'s label.
+# In the same-day table the -short-secs baselines carry their bare names ("DASH-short-secs" → "DASH"); in the
+# other table "DASH-short" stays "DASH-short".
+CURRENT_LABELS: dict[str, str] = {
+    "LSTM-short-secs-duration-equalize_test_with_non_secs": "LSTM",
+    "LSTM-short-secs-duration": "LSTM",
+    "GRU-short-secs-equalize_test_with_non_secs": "GRU",
+    "GRU-short-secs": "GRU",
+    "LogisticRegression-short-secs-recency-equalize_test_with_non_secs": "Logistic Regression",
+    "LogisticRegression-short-secs-recency": "Logistic Regression",
+    "FSRS-7-short-secs-equalize_test_with_non_secs": "FSRS-7",
+    "FSRS-7-short-secs": "FSRS-7",
+    "FSRS-7-short-secs-recency-equalize_test_with_non_secs": "FSRS-7 recency",
+    "FSRS-7-short-secs-recency": "FSRS-7 recency",
+    "FSRS-7-short-secs-equalize_test_with_non_secs-preset": "FSRS-7 preset",
+    "FSRS-7-short-secs-preset": "FSRS-7 preset",
+    "FSRS-7-short-secs-equalize_test_with_non_secs-deck": "FSRS-7 deck",
+    "FSRS-7-short-secs-deck": "FSRS-7 deck",
+    "FSRS-7-default-short-secs-equalize_test_with_non_secs": "FSRS-7 default param.",
+    "FSRS-7-default-short-secs": "FSRS-7 default param.",
+    "FSRS-6-short": "FSRS-6",
+    "FSRS-6-short-secs": "FSRS-6",
+    "FSRS-6-short-recency": "FSRS-6 recency",
+    "FSRS-6-short-secs-recency": "FSRS-6 recency",
+    "FSRS-6-short-preset": "FSRS-6 preset",
+    "FSRS-6-short-secs-preset": "FSRS-6 preset",
+    "FSRS-6-short-deck": "FSRS-6 deck",
+    "FSRS-6-short-secs-deck": "FSRS-6 deck",
+    "FSRS-6-binary-short": "FSRS-6 binary",
+    "FSRS-6-binary-short-secs": "FSRS-6 binary",
+    "FSRS-6-S0-short": "FSRS-6 S0",
+    "FSRS-6-S0-short-secs": "FSRS-6 S0",
+    "FSRS-6-default-short": "FSRS-6 default param.",
+    "FSRS-6-default-short-secs": "FSRS-6 default param.",
+    "FSRS-rs-short": "FSRS-rs",
+    "FSRS-5-short": "FSRS-5",
+    "FSRS-5-short-secs": "FSRS-5",
+    "FSRS-5-short-recency": "FSRS-5 recency",
+    "FSRS-5-short-preset": "FSRS-5 preset",
+    "FSRS-5-short-deck": "FSRS-5 deck",
+    "FSRS-5-binary-short": "FSRS-5 binary",
+    "FSRS-5-S0-short": "FSRS-5 S0",
+    "FSRS-5-default-short": "FSRS-5 default param.",
+    "FSRS-4.5-short-secs": "FSRS-4.5",
+    "FSRSv4-short-secs": "FSRS v4",
+    "FSRSv3-short-secs": "FSRS v3",
+    "FSRSv2-short-secs": "FSRS v2",
+    "FSRSv1-short-secs": "FSRS v1",
+    "Ebisu-v2-short-secs": "Ebisu v2",
+    "MOVING-AVG-short-secs": "MOVING-AVG",
+    "AVG-short-secs": "AVG",
+    "DASH-short-secs": "DASH",
+    "DASH[MCM]-short-secs": "DASH[MCM]",
+    "DASH[ACT-R]-short-secs": "DASH[ACT-R]",
+    "ACT-R-short-secs": "ACT-R",
+    "HLR-short-secs": "HLR",
+    "RMSE-BINS-EXPLOIT-short-secs": "RMSE-BINS-EXPLOIT",
+    "Anki-short-secs": "Anki",
+    "Anki": "Anki",
+    "Anki-default": "Anki default param.",
+    "SM2": "SM2",
+    "SM2-short": "SM2-short",
+    "SM2-trainable": "SM2-trainable",
+    "SM2-trainable-short-secs": "SM2-trainable",
+}
+
+CURRENT_METRIC_HEADERS = {"LogLoss": "Log Loss↓", "RMSE(bins)": "RMSE(bins)↓", "AUC": "AUC↑"}
+TABLE_TITLES = {False: "Without same-day reviews", True: "With same-day reviews"}
+
+
+def current_label(name: str) -> str:
+    """Row name of a result file in upstream's current tables (CURRENT_LABELS over `current_name`)."""
+    return CURRENT_LABELS.get(current_name(name), display_name(name))
+
+
+def current_row_labels(models: list[ModelResults], display: bool = True) -> dict[str, str]:
+    """`row_labels` for the current layout: the file name when `display` is off or when two files of one table
+    would show the same row name."""
+    labels = {m.name: current_label(m.name) if display else m.name for m in models}
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {name: (label if counts[label] == 1 else name) for name, label in labels.items()}
+
+
+def _same_day_base(name: str) -> str | None:
+    """The day-level name of a -short-secs file ("DASH-short-secs" → "DASH"), for its parameter count."""
+    if "-short-secs" not in name:
+        return None
+    return name.replace("-short-secs", "").replace("-duration", "")
+
+
+def current_parameters_and_features(m: ModelResults) -> tuple[str, str]:
+    """Parameters and input features of a row of the current layout. A -short-secs file unknown under its own name
+    counts as its day-level model, with fractional intervals and same-day reviews (upstream: "IL, G" → "FIL, G,
+    SR")."""
+    known = known_model(m.name)
+    if known is not None:
+        return parameter_label(m), known[1]
+    base = _same_day_base(m.name)
+    if base is not None and known_model(base) is not None:
+        count, features = known_model(base)
+        if features != "---":
+            parts = ["FIL" if f == "IL" else f for f in features.split(", ")]
+            features = ", ".join(parts + (["SR"] if "SR" not in parts else []))
+        return str(count), features
+    return parameter_label(m), ""
+
+
+def render_current_table(models: list[ModelResults], cells: dict[tuple[str, str], Cell],
+                         labels: dict[str, str]) -> str:
+    """Upstream's current table: rows by Log Loss; per metric column ONE best cell in bold (the first row in table
+    order on a tie) and the name of each row holding one."""
+
+    def sort_key(m):
+        mean = cells[(m.name, "LogLoss")].mean
+        return (not math.isfinite(mean), mean if math.isfinite(mean) else 0.0, m.name)
+
+    ordered = sorted(models, key=sort_key)
+    best_row: dict[str, str] = {}
+    for key, _, lower in METRICS:
+        candidates = [(cells[(m.name, key)].mean, i) for i, m in enumerate(ordered)
+                      if math.isfinite(cells[(m.name, key)].mean)]
+        if candidates:
+            value = min(v for v, _ in candidates) if lower else max(v for v, _ in candidates)
+            best_row[key] = ordered[min(i for v, i in candidates if v == value)].name
+    header = ["Model", "Parameters"] + [CURRENT_METRIC_HEADERS[k] for k, _, _ in METRICS] + ["Input features"]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    for m in ordered:
+        texts = []
+        for key, _, _ in METRICS:
+            cell = cells[(m.name, key)]
+            text = cell.text if cell.n else "N/A"
+            texts.append(f"**{text}**" if best_row.get(key) == m.name else text)
+        label = labels.get(m.name, m.name)
+        params, features = current_parameters_and_features(m)
+        row = [f"**{label}**" if m.name in best_row.values() else label, params] + texts + [features]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def split_by_table(models: list[ModelResults]) -> dict[bool, list[ModelResults]]:
+    """{False: the without-same-day table's files, True: the with-same-day table's} (`with_same_day`)."""
+    out: dict[bool, list[ModelResults]] = {False: [], True: []}
+    for m in models:
+        out[with_same_day(m.name)].append(m)
+    return out
+
+
+def build_current_table(models: list[ModelResults], secs: bool, *, n_resamples=9999, random_state=42,
+                        display: bool = True) -> tuple[str, list[ModelResults], dict]:
+    """One table of the current layout over the files that belong to it, restricted to their common users.
+    Returns (markdown, the table's models restricted to the common users, info)."""
+    title = f"### {TABLE_TITLES[secs]}"
+    chosen = split_by_table(models)[secs]
+    if not chosen:
+        return (f"{title}\n\nNo result file belongs to this table (" + ("upstream's -short-secs files, e.g. DASH-short-secs" if secs else "every file but the -short-secs ones") + ").\n"), [], {"users": 0, "reviews": 0}
+    chosen, info = common_users(chosen)
+    if info["users"] == 0:
+        return f"{title}\n\nNo user is present in every result file of this table.\n", chosen, info
+    cells = compute_table_cells(chosen, weighted=False, n_resamples=n_resamples, random_state=random_state)
+    parts = [title, "", f"Total number of users: {format_int(info['users'])}.", "",
+             f"Total number of reviews for evaluation: {format_int(info['reviews'])}.", "",
+             "Unweighted means over users (every user counts once) with 99% confidence intervals (BCa bootstrap). "
+             "The best value of each column is in **bold**, and so is the name of its row. \"Parameters\" is the "
+             "number of trainable parameters per user.", "",
+             render_current_table(chosen, cells, current_row_labels(chosen, display)), ""]
+    return "\n".join(parts), chosen, info
+
+
+def build_current_tables(models: list[ModelResults], tables=(False,), *, n_resamples=9999, random_state=42,
+                         display: bool = True) -> tuple[str, list[ModelResults], list[dict]]:
+    """The current layout's tables (False: without, True: with same-day reviews), then the input-feature legend."""
+    parts, shown, infos = [], [], []
+    for secs in tables:
+        text, chosen, info = build_current_table(models, secs, n_resamples=n_resamples, random_state=random_state,
+                                                 display=display)
+        parts.append(text)
+        if info["users"]:
+            shown.append(chosen)
+            infos.append(info)
+    if shown:
+        parts.append("Input features: " + "; ".join(f"{k} = {v}" for k, v in FEATURE_LEGEND.items()) + ".")
+    return "\n".join(parts).rstrip() + "\n", [m for ms in shown[:1] for m in ms], infos
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Command line
 
 
@@ -587,9 +839,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated row names (file names without .jsonl); default: every file in --results")
     p.add_argument("--readme", type=Path, default=None,
                    help=f"rewrite the text between {START_MARKER} and {END_MARKER} in this file with the tables")
-    p.add_argument("--plots", type=Path, default=REPO_ROOT / "plots", help="folder for PNG plots")
-    p.add_argument("--scale", choices=["both", "reviews", "users"], default="both",
-                   help="which tables: weighted by reviews, unweighted (per user), or both")
+    p.add_argument("--plots", type=Path, default=REPO_ROOT / "plots", help="folder for the PNG plots (superiority, significance, calibration)")
+    p.add_argument("--layout", choices=["current", "seeds"], default="current",
+                   help="current: upstream's current tables, unweighted per-user means only, one table per run "
+                        "(without same-day reviews; --secs: with them; --all-tables: both), only the best cell "
+                        "of each column and its row name in bold; seeds: the layout of the seeds' published "
+                        "numbers, byte for byte as before: a review-weighted and an unweighted table (--scale) over "
+                        "every result file, every best cell in bold")
+    p.add_argument("--secs", action="store_true",
+                   help="current layout: the \"With same-day reviews\" table, over the result files whose upstream "
+                        "name has the secs flag and is not equalize_test_with_non_secs (upstream's -short-secs "
+                        "files); without it, the \"Without same-day reviews\" table over all the other files")
+    p.add_argument("--all-tables", dest="all_tables", action="store_true",
+                   help="current layout: both tables, without then with same-day reviews (run_table.py uses this "
+                        "for the README); a table no result file belongs to says so")
+    p.add_argument("--scale", choices=["both", "reviews", "users"], default=None,
+                   help="seeds layout: which tables, weighted by reviews, unweighted (per user), or both (default: "
+                        "both). The current layout is unweighted only (--scale users is accepted there)")
     p.add_argument("--superiority", action="store_true", help="also write plots/Superiority-<n>.png")
     p.add_argument("--significance", action="store_true",
                    help="also write plots/Wilcoxon-<n>-collections.png and plots/T-test-<n>-collections.png")
@@ -618,11 +884,31 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.superiority or args.significance or args.readme or args.models):
             return 0
 
+    if args.layout == "seeds" and (args.secs or args.all_tables):
+        print("error: --secs and --all-tables are for --layout current (the seeds' layout has no same-day split)",
+              file=sys.stderr)
+        return 2
+    if args.layout == "current" and args.scale not in (None, "users"):
+        print(f"error: --scale {args.scale} is for --layout seeds: upstream's current tables are unweighted only",
+              file=sys.stderr)
+        return 2
     models = load_models(args.results, args.models)
+    if args.layout == "current":
+        return current_main(args, models)
     models, info = common_users(models)
     if info["users"] == 0:
         print("error: no user is present in every compared result file", file=sys.stderr)
         return 1
+    print(users_note(models, info), file=sys.stderr)
+
+    scales = ("reviews", "users") if args.scale in (None, "both") else (args.scale,)
+    tables = build_tables(models, info, n_resamples=args.n_resamples, random_state=args.seed, scales=scales,
+                          display=not args.file_names)
+    return finish(args, tables, models, row_labels(models, display=not args.file_names))
+
+
+def users_note(models: list[ModelResults], info: dict) -> str:
+    """The stderr line on the users a table uses and the users it leaves out."""
     note = f"{len(models)} models, {format_int(info['users'])} users in common, " \
            f"{format_int(info['reviews'])} reviews"
     if info["excluded"]:
@@ -630,11 +916,31 @@ def main(argv: list[str] | None = None) -> int:
         note += f"; {format_int(info['excluded'])} users excluded (missing from: {worst})"
     if info["sizes_differ"]:
         note += "; note: per-user sizes differ between models (each model is weighted by its own sizes)"
-    print(note, file=sys.stderr)
+    return note
 
-    scales = ("reviews", "users") if args.scale == "both" else (args.scale,)
-    tables = build_tables(models, info, n_resamples=args.n_resamples, random_state=args.seed, scales=scales,
-                          display=not args.file_names)
+
+def current_main(args: argparse.Namespace, models: list[ModelResults]) -> int:
+    """`main` for the current layout: one table (or both with --all-tables), each over its own files and users."""
+    tables = (False, True) if args.all_tables else ((True,) if args.secs else (False,))
+    text, plotted, infos = build_current_tables(models, tables, n_resamples=args.n_resamples, random_state=args.seed,
+                                                display=not args.file_names)
+    for secs in tables:
+        chosen = split_by_table(models)[secs]
+        line = f"{TABLE_TITLES[secs]}: {len(chosen)} result file(s)"
+        if chosen:
+            restricted, info = common_users(chosen)
+            line += f"; {users_note(restricted, info)}"
+        print(line, file=sys.stderr)
+    if not infos:
+        print(text)
+        print("error: no table to show: no result file belongs to it, or no user is in all of its files",
+              file=sys.stderr)
+        return 1
+    return finish(args, text, plotted, current_row_labels(plotted, display=not args.file_names))
+
+
+def finish(args: argparse.Namespace, tables: str, models: list[ModelResults], labels: dict[str, str]) -> int:
+    """Print the tables, rewrite the README block, draw the superiority/significance plots over `models`."""
     print(tables)
     if args.readme:
         try:
@@ -644,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"rewrote the tables in {args.readme}", file=sys.stderr)
 
-    if args.superiority or args.significance:
+    if (args.superiority or args.significance) and models:
         import analysis
 
         names = [m.name for m in sorted(models, key=lambda m: np.mean(m.metrics["LogLoss"]))]
@@ -652,7 +958,6 @@ def main(argv: list[str] | None = None) -> int:
         logloss = np.stack([by_name[n].metrics["LogLoss"] for n in names], axis=1)
         keep = np.isfinite(logloss).all(axis=1)
         logloss = logloss[keep]
-        labels = row_labels(models, display=not args.file_names)
         names = [labels[n] for n in names]
         if args.superiority:
             out = analysis.superiority_plot(logloss, names, args.plots)

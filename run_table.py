@@ -9,8 +9,10 @@
 Each row is one `runner.run` (the same code as `other.py --model X ...`): users already in `result/<row>.jsonl`
 are skipped, so an interrupted table resumes where it stopped and a finished row costs nothing. Rows whose model is
 not registered yet are skipped with a note. With `--executor dask` all rows share one cluster. Afterwards
-`evaluate.py` rewrites the tables in the README (over every row that has a result file, not only the rows just
-run) and draws the superiority and significance plots.
+`evaluate.py --all-tables` rewrites the tables in the README in upstream's current layout (unweighted, without and
+with same-day reviews; over every row that has a result file, not only the rows just run) and draws the superiority
+and significance plots (over the without-same-day table's rows). The seeds' layout (weighted + unweighted) is
+`python evaluate.py --layout seeds`.
 
 Exit code: 0 when every selected runnable row finished every user; 1 when some user failed (see the log: each
 failure names the user and the reason); 2 for unusable data, an unreachable scheduler or a bad --rows.
@@ -53,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--result-dir", dest="result_dir", type=Path, default=REPO_ROOT / "result",
                    help="folder of result/<row>.jsonl files")
     p.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md",
-                   help="file whose <!-- tables:start/end --> block is rewritten with the tables")
+                   help="file whose <!-- tables:start/end --> block is rewritten with the tables, in upstream's "
+                        "current layout (evaluate.py --all-tables; the seeds' layout is evaluate.py --layout seeds)")
     p.add_argument("--plots", type=Path, default=REPO_ROOT / "plots",
                    help="folder for plots/Superiority-<n>.png, Wilcoxon-/T-test-<n>-collections.png")
     p.add_argument("--no-tables", dest="tables", action="store_false", default=argparse.SUPPRESS,
@@ -98,7 +101,7 @@ def regenerate_tables(args: argparse.Namespace) -> int:
         print("no result files yet: tables not regenerated", file=sys.stderr)
         return 0
     argv = ["--results", str(args.result_dir), "--models", ",".join(names), "--readme", str(args.readme),
-            "--plots", str(args.plots), "--n-resamples", str(args.n_resamples)]
+            "--plots", str(args.plots), "--n-resamples", str(args.n_resamples), "--all-tables"]
     if len(names) >= 2:
         args.plots.mkdir(parents=True, exist_ok=True)
         argv += ["--superiority", "--significance"]

@@ -121,7 +121,8 @@ def test_missing_users_are_excluded_and_reported(tmp_path, capsys):
 
 def test_table_rows_sorted_by_logloss_with_best_in_bold(tmp_path, capsys):
     three_models(tmp_path / "result")
-    evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--scale", "users"])
+    evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--layout", "seeds",
+                   "--scale", "users"])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
     names = [r.split("|")[1].strip().strip("*") for r in rows]
@@ -173,7 +174,7 @@ def test_readme_rewrite_between_markers(tmp_path):
     three_models(tmp_path / "result")
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\nintro\n<!-- tables:start -->\nold table\n<!-- tables:end -->\n\nafter\n")
-    assert evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99",
+    assert evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--layout", "seeds",
                           "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "old table" not in text
@@ -181,7 +182,8 @@ def test_readme_rewrite_between_markers(tmp_path):
     assert text.endswith("<!-- tables:end -->\n\nafter\n")
     assert "### Weighted by the number of reviews" in text and "### Unweighted" in text
     again = text
-    evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--readme", str(readme)])
+    evaluate.main(["--results", str(tmp_path / "result"), "--n-resamples", "99", "--layout", "seeds",
+                   "--readme", str(readme)])
     assert readme.read_text() == again  # idempotent
 
 
@@ -404,7 +406,7 @@ def table_rows(out: str) -> dict[str, list[str]]:
 def test_parameters_column_equals_the_published_tables(tmp_path, capsys, era):
     assert set(era) == set(PUBLISHED_PARAMETERS)
     write_named_results(tmp_path, era.values())
-    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews"]) == 0
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--layout", "seeds", "--scale", "reviews"]) == 0
     rows = table_rows(capsys.readouterr().out)
     assert set(rows) == set(PUBLISHED_PARAMETERS)  # README row names, one row per file
     assert {label: int(cells[0]) for label, cells in rows.items()} == PUBLISHED_PARAMETERS
@@ -429,7 +431,7 @@ def test_known_names_win_over_the_stored_list_length(tmp_path, capsys):
     # stored 19 weights, all trained: for that name the list length is the count.
     write_named_results(tmp_path, ["FSRS-6-S0", "FSRS-6-default", "FSRS-6-binary", "FSRS-rs"],
                         weights=lambda name: 19 if name == "FSRS-rs" else 21)
-    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews"])
+    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--layout", "seeds", "--scale", "reviews"])
     rows = table_rows(capsys.readouterr().out)
     assert {k: v[0] for k, v in rows.items()} == {"FSRS-6 pretrain": "4", "FSRS-6 default param.": "0",
                                                   "FSRS-6 binary": "17", "FSRS-rs": "19"}
@@ -449,9 +451,180 @@ def test_srs_bench_suffix_combinations():
 
 def test_file_names_flag_and_colliding_labels(tmp_path, capsys):
     write_named_results(tmp_path, ["FSRS-6-dry-run", "FSRS-6-default", "FSRSv4"])
-    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews"])
+    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--layout", "seeds", "--scale", "reviews"])
     rows = table_rows(capsys.readouterr().out)
     # two files would both read "FSRS-6 default param.": they keep their file names
     assert set(rows) == {"FSRS-6-dry-run", "FSRS-6-default", "FSRS v4"}
-    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--scale", "reviews", "--file-names"])
+    evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--layout", "seeds", "--scale", "reviews", "--file-names"])
     assert set(table_rows(capsys.readouterr().out)) == {"FSRS-6-dry-run", "FSRS-6-default", "FSRSv4"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# layouts: upstream's current two unweighted tables (default) and the seeds' layout (--layout seeds)
+
+
+def seeds_fixture(folder: Path):
+    """Three hand-made files where review-weighted and unweighted means differ a lot (user 3 has 1,000 reviews)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in {
+        "FSRS-6": [(1, 10, 0.30, 0.05, 0.70), (2, 100, 0.40, 0.06, 0.60), (3, 1000, 0.50, 0.07, None),
+                   (4, 50, 0.35, 0.04, 0.65)],
+        "AVG": [(1, 10, 0.33, 0.08, 0.50), (2, 100, 0.45, 0.09, 0.50), (3, 1000, 0.44, 0.10, 0.52),
+                (4, 50, 0.36, 0.07, 0.49)],
+        "FSRS-6-S0": [(1, 10, 0.31, 0.06, 0.66), (2, 100, 0.42, 0.05, 0.61), (3, 1000, 0.52, 0.08, 0.58),
+                      (4, 50, 0.37, 0.05, 0.60)],
+    }.items():
+        with open(folder / f"{name}.jsonl", "w") as fh:
+            for user, size, ll, rb, auc in rows:
+                fh.write(json.dumps({"metrics": {"RMSE": 0.1, "LogLoss": ll, "RMSE(bins)": rb, "AUC": auc,
+                                                 "ICI": 0.01, "MBE": 0.0}, "user": user, "size": size,
+                                     "parameters": {"0": [0.1] * 21}}) + "\n")
+
+
+# `python evaluate.py --n-resamples 199` on seeds_fixture, written by evaluate.py as it was before the current layout
+# became the default (commit 32e1679): `--layout seeds` must print exactly this.
+SEEDS_GOLDEN = """Total number of users: 4.
+
+Total number of reviews for evaluation: 1,160.
+
+The tables show means and 99% confidence intervals (BCa bootstrap). The best result is in **bold**. "Parameters" is the number of trainable parameters per user.
+
+### Weighted by the number of reviews
+
+| Model | Parameters | Log Loss | RMSE (bins) | AUC | Input features |
+| --- | --- | --- | --- | --- | --- |
+| **AVG** | 0 | **0.436±0.047** | 0.098±0.015 | 0.517±0.015 | --- |
+| **FSRS-6** | 21 | 0.483±0.079 | **0.068±0.015** | **0.622±0.050** | IL, G, SR |
+| FSRS-6 pretrain | 4 | 0.503±0.080 | 0.076±0.015 | 0.584±0.017 | IL, G, SR |
+
+### Unweighted
+
+| Model | Parameters | Log Loss | RMSE (bins) | AUC | Input features |
+| --- | --- | --- | --- | --- | --- |
+| **FSRS-6** | 21 | **0.387±0.075** | **0.055±0.013** | **0.650±0.050** | IL, G, SR |
+| AVG | 0 | 0.395±0.056 | 0.085±0.012 | 0.502±0.011 | --- |
+| FSRS-6 pretrain | 4 | 0.405±0.078 | 0.060±0.012 | 0.613±0.031 | IL, G, SR |
+
+Input features: IL = interval lengths, in days; FIL = fractional (aka non-integer) interval lengths; G = grades (Again/Hard/Good/Easy); SR = same-day (or short-term) reviews; AT = answer time (duration of the review), in milliseconds.
+
+"""
+
+
+def test_seeds_layout_is_byte_identical_to_the_old_default(tmp_path, capsys):
+    seeds_fixture(tmp_path)
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "199", "--layout", "seeds"]) == 0
+    assert capsys.readouterr().out == SEEDS_GOLDEN
+
+
+def current_rows(text: str) -> list[list[str]]:
+    """Table rows of one current-layout table: cells, bold kept."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| Model") and not line.startswith("| ---")]
+
+
+def test_current_layout_is_one_unweighted_table(tmp_path, capsys):
+    seeds_fixture(tmp_path)
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "199"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### Without same-day reviews\n\nTotal number of users: 4.\n")
+    assert "Weighted" not in out and out.count("| Model | Parameters | Log Loss↓ | RMSE(bins)↓ | AUC↑ | Input "
+                                               "features |") == 1
+    rows = current_rows(out)
+    # unweighted means by hand; the review-weighted ones (0.483, 0.436, 0.503) would print otherwise
+    hand = {"FSRS-6": ((0.30 + 0.40 + 0.50 + 0.35) / 4, (0.05 + 0.06 + 0.07 + 0.04) / 4, (0.70 + 0.60 + 0.65) / 3),
+            "AVG": ((0.33 + 0.45 + 0.44 + 0.36) / 4, (0.08 + 0.09 + 0.10 + 0.07) / 4, (0.50 + 0.50 + 0.52 + 0.49) / 4),
+            "FSRS-6 S0": ((0.31 + 0.42 + 0.52 + 0.37) / 4, (0.06 + 0.05 + 0.08 + 0.05) / 4,
+                          (0.66 + 0.61 + 0.58 + 0.60) / 4)}
+    assert [r[0].strip("*") for r in rows] == ["FSRS-6", "AVG", "FSRS-6 S0"]  # by Log Loss: 0.3875 < 0.395 < 0.405
+    for row in rows:
+        for cell, mean in zip(row[2:5], hand[row[0].strip("*")]):
+            shown = cell.strip("*").split("±")[0]
+            assert float(shown) == round(mean, len(shown.split(".")[1])), (row, cell, mean)
+    assert [r[1] for r in rows] == ["21", "0", "4"] and rows[0][5] == "IL, G, SR" and rows[1][5] == "---"
+
+
+def test_current_layout_bolds_one_best_cell_per_column_and_its_row_name(tmp_path, capsys):
+    # A: best Log Loss; B: best RMSE(bins); C: best AUC, tied with D (listed after C: D stays plain); E: nothing
+    rows = {"A": (0.30, 0.09, 0.60), "B": (0.35, 0.02, 0.61), "C": (0.40, 0.08, 0.80), "D": (0.45, 0.08, 0.80),
+            "E": (0.50, 0.10, 0.50)}
+    for name, (ll, rb, auc) in rows.items():
+        write_results(tmp_path, name, [(u, 10 * u, ll + 0.01 * u, rb + 0.001 * u, auc) for u in (1, 2, 3)])
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "199"]) == 0
+    table = current_rows(capsys.readouterr().out)
+    assert [r[0] for r in table] == ["**A**", "**B**", "**C**", "D", "E"]
+    bold = {r[0].strip("*"): [k for k, c in zip(("LogLoss", "RMSE(bins)", "AUC"), r[2:5]) if c.startswith("**")]
+            for r in table}
+    assert bold == {"A": ["LogLoss"], "B": ["RMSE(bins)"], "C": ["AUC"], "D": [], "E": []}
+
+
+def test_current_names_spell_out_the_built_in_flags():
+    expected = {
+        "FSRS-6": "FSRS-6-short", "FSRS-6-recency": "FSRS-6-short-recency", "FSRS-6-S0": "FSRS-6-S0-short",
+        "FSRS-6-default": "FSRS-6-default-short", "FSRS-6-binary": "FSRS-6-binary-short",
+        "FSRS-6-preset": "FSRS-6-short-preset", "FSRS-5": "FSRS-5-short", "FSRS-rs": "FSRS-rs-short",
+        "LSTM": "LSTM-short-secs-duration-equalize_test_with_non_secs",
+        "FSRS-7": "FSRS-7-short-secs-equalize_test_with_non_secs",
+        "FSRS-7-recency": "FSRS-7-short-secs-recency-equalize_test_with_non_secs",
+        "FSRS-7-default": "FSRS-7-default-short-secs-equalize_test_with_non_secs",
+        "FSRS-7-deck": "FSRS-7-short-secs-equalize_test_with_non_secs-deck",
+        "LogisticRegression": "LogisticRegression-short-secs-recency-equalize_test_with_non_secs",
+        "FSRS-6-one-step": "FSRS-6-one-step-short",
+        "AVG": "AVG", "DASH-short": "DASH-short", "DASH-short-secs": "DASH-short-secs", "GRU-P": "GRU-P",
+    }
+    for ours, upstream in expected.items():
+        assert evaluate.current_name(ours) == upstream, ours
+        assert evaluate.current_name(upstream) == upstream, upstream  # upstream's own names stay as they are
+    labels = {"FSRS-6": "FSRS-6", "FSRS-6-short": "FSRS-6", "FSRS-6-S0": "FSRS-6 S0", "FSRS-rs": "FSRS-rs",
+              "FSRS-6-default": "FSRS-6 default param.", "LSTM": "LSTM", "FSRS-7-recency": "FSRS-7 recency",
+              "LogisticRegression": "Logistic Regression", "DASH-short": "DASH-short", "DASH-short-secs": "DASH",
+              "FSRS-6-short-secs": "FSRS-6", "FSRSv4": "FSRS v4", "FSRSv4-short-secs": "FSRS v4",
+              "Anki-default": "Anki default param.", "FSRS-6-upstream-trainer": "FSRS-6 upstream trainer"}
+    for name, label in labels.items():
+        assert evaluate.current_label(name) == label, name
+
+
+def test_without_and_with_same_day_tables_take_their_own_files_and_users(tmp_path, capsys):
+    day = [(1, 10, 0.3, 0.05, 0.7), (2, 20, 0.4, 0.06, 0.6), (3, 30, 0.5, 0.07, 0.65)]
+    secs = day + [(4, 40, 0.45, 0.08, 0.6)]  # the same-day files have a fourth user
+    for name in ("FSRS-6", "DASH", "DASH-short", "FSRS-7", "LSTM"):
+        write_results(tmp_path, name, day)
+    for name in ("DASH-short-secs", "FSRS-6-short-secs", "AVG-short-secs"):
+        write_results(tmp_path, name, secs)
+    assert [evaluate.with_same_day(n) for n in ("FSRS-7", "LSTM", "DASH-short", "DASH-short-secs")] == \
+        [False, False, False, True]
+
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "99"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### Without same-day reviews\n\nTotal number of users: 3.") and "With same-day" not in out
+    assert sorted(r[0].strip("*") for r in current_rows(out)) == ["DASH", "DASH-short", "FSRS-6", "FSRS-7", "LSTM"]
+
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--secs"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### With same-day reviews\n\nTotal number of users: 4.") and "Without" not in out
+    rows = {r[0].strip("*"): r for r in current_rows(out)}
+    assert set(rows) == {"DASH", "FSRS-6", "AVG"}  # upstream's bare names for its -short-secs files
+    assert rows["DASH"][1] == "9" and rows["DASH"][5] == "FIL, G, SR" and rows["AVG"][5] == "---"
+
+    assert evaluate.main(["--results", str(tmp_path), "--n-resamples", "99", "--all-tables"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("### Without same-day reviews") < out.index("### With same-day reviews")
+    assert len(current_rows(out)) == 8
+
+
+def test_layout_flags_that_do_not_combine(tmp_path, capsys):
+    seeds_fixture(tmp_path)
+    assert evaluate.main(["--results", str(tmp_path), "--scale", "reviews"]) == 2
+    assert "--layout seeds" in capsys.readouterr().err
+    assert evaluate.main(["--results", str(tmp_path), "--layout", "seeds", "--secs"]) == 2
+    assert evaluate.main(["--results", str(tmp_path), "--secs", "--n-resamples", "99"]) == 1  # no -short-secs file
+    assert "No result file belongs to this table" in capsys.readouterr().out
+
+
+def test_help_explains_every_flag():
+    parser = evaluate.build_parser()
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help and len(action.help) > 20, action.option_strings
+    text = parser.format_help()
+    for flag in ("--layout", "--secs", "--all-tables", "--scale", "seeds", "current"):
+        assert flag in text

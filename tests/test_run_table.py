@@ -3,6 +3,7 @@ unregistered models are skipped with a note, finished rows cost nothing, and the
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -78,9 +79,12 @@ def test_whole_table_runs_rows_skips_unregistered_resumes_and_rewrites_tables(tm
         assert [l["user"] for l in lines] == [1, 2, 3]
     assert not (tmp_path / "result" / "HLR.jsonl").exists()
     text = readme.read_text(encoding="utf-8")
-    assert text.startswith("intro\n<!-- tables:start -->\nTotal number of users: 3.") and text.endswith("rest\n")
+    # upstream's current layout: the unweighted table without same-day reviews (no -short-secs file: the other
+    # table says so), not the seeds' weighted + unweighted pair
+    assert text.startswith("intro\n<!-- tables:start -->\n### Without same-day reviews\n\nTotal number of users: 3.")
+    assert text.endswith("rest\n") and "### With same-day reviews" in text and "Weighted" not in text
     table_rows = [l.split("|")[1].strip(" *") for l in text.splitlines() if re.match(r"^\| \S.* \| 0 \|", l)]
-    assert sorted(table_rows) == ["AVG", "AVG", "MOVING-AVG", "MOVING-AVG"]  # both tables, nothing else
+    assert sorted(table_rows) == ["AVG", "MOVING-AVG"]  # one table, nothing else
     for plot in ("Superiority-3.png", "Wilcoxon-3-collections.png", "T-test-3-collections.png"):
         assert (tmp_path / "plots" / plot).stat().st_size > 0
 
@@ -104,3 +108,15 @@ def test_whole_table_on_one_dask_cluster(tmp_path, readme, capsys):
 
 def test_scheduler_needs_the_dask_executor(capsys):
     assert run_table.main(["--rows", "AVG", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+
+
+def test_help_and_readme_agree_on_the_tables_layout():
+    text = run_table.build_parser().format_help()
+    assert "--layout seeds" in " ".join(text.split())
+    readme = (Path(run_table.__file__).parent / "README.md").read_text(encoding="utf-8")
+    assert "--layout seeds" in readme and "--all-tables" in readme
+    assert len(readme.splitlines()) <= 300
+    block = readme.split("<!-- tables:start -->")[1].split("<!-- tables:end -->")[0]
+    assert block.lstrip().startswith("### Without same-day reviews") and "Weighted by" not in block
+    for flag in ("--rows", "--processes", "--list", "--executor", "--scheduler", "--data"):
+        assert flag in text and flag in readme
