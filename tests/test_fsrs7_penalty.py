@@ -126,6 +126,18 @@ def test_value_and_gradient_equal_upstreams_formula(k):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("k", range(4))
+def test_forward_mode_equals_autograd_on_the_same_equations(k):
+    """sched_penalty's Dual numbers and torch autograd through the same functions agree (the Dual's derivative
+    rules are torch's)."""
+    w = torch.tensor(weight_sets()[k], dtype=torch.float64, requires_grad=True)
+    p1, p2 = fsrs7_penalty.penalties(w)
+    total = 0.5 * p1 + 0.0015 * p2
+    value, grad = fsrs7_penalty.sched_penalty(weight_sets()[k])
+    assert value == pytest.approx(float(total.detach()), rel=1e-13)
+    np.testing.assert_allclose(grad, torch.autograd.grad(total, w)[0].numpy(), rtol=1e-11, atol=1e-13)
+
+
 def test_default_weights_by_hand():
     """At the default weights: every interval solves R(t, S) = target (4 Newton steps and the lift: to ~1e-9), and the two terms
     recomputed from the intervals: growth 5.1796² = 26.83 (the 2nd interval over the 1st, 15.37 d / 2.967 d), the
@@ -139,8 +151,8 @@ def test_default_weights_by_hand():
             assert float(r) == pytest.approx(target, abs=1e-8)
             s = ref_next_s(w, s, d, t[i])
             d = torch.clamp(0.01 * ref_init_d(w, 4) + 0.99 * d, 1.0, 10.0)
-    t90 = fsrs7_penalty.good_intervals(w, 0.9).tolist()
-    t99 = fsrs7_penalty.good_intervals(w, 0.99).tolist()
+    t90 = [float(x) for x in fsrs7_penalty.good_intervals(w, 0.9)]
+    t99 = [float(x) for x in fsrs7_penalty.good_intervals(w, 0.99)]
     assert t90[0] == pytest.approx(2.9669, abs=1e-4) and t90[1] == pytest.approx(15.368, abs=1e-3)
     ratios = [t90[i + 1] / t90[i] for i in range(9) if t90[i] >= 1]
     p1, p2 = fsrs7_penalty.penalties(w)
@@ -173,13 +185,13 @@ def test_terms_vanish_without_intervals_of_their_kind(monkeypatch):
     slow = w.clone()
     slow[2] = 1e-4  # S0 of Good tiny: at 90% the first interval is seconds ...
     slow[7] = slow[16] = 0.0  # ... and grows slowly
-    t = fsrs7_penalty.good_intervals(slow, 0.9)
+    t = torch.stack(fsrs7_penalty.good_intervals(slow, 0.9))
     if bool((t[:-1] < 1).all()):
         assert float(fsrs7_penalty.penalties(slow)[0]) == 0.0
     fast = w.clone()
     fast[2] = 100.0  # S0 of Good 100 days: at 97% every interval is days
     monkeypatch.setattr(fsrs7_penalty, "SHORT_RETENTIONS", (0.97,))
-    assert bool((fsrs7_penalty.good_intervals(fast, 0.97) >= 1).all())
+    assert bool((torch.stack(fsrs7_penalty.good_intervals(fast, 0.97)) >= 1).all())
     assert float(fsrs7_penalty.penalties(fast)[1]) == 0.0
 
 
