@@ -46,6 +46,7 @@ class RunConfig:
     recency: bool = False
     default: bool = False  # Era A --dry: no training, default parameters
     S0: bool = False  # Era A --pretrain: fit only the initial stabilities
+    sched_penalties: bool = False  # FSRS-7: upstream's scheduling penalties in the training loss
     two_buttons: bool = False  # Era A --binary: Hard and Easy become Good
     short: bool = False  # same-day reviews stay in histories (never targets)
     disable_short_term: bool = False  # FSRS-5: w17 = w18 = 0 and frozen (with S0), as upstream script.py
@@ -124,6 +125,8 @@ class RunConfig:
             parts.append("default")
         if self.S0:
             parts.append("S0")
+        if self.sched_penalties:
+            parts.append("sched_penalties")
         if self.two_buttons:
             parts.append("binary")
         if self.short and self.algo not in ALWAYS_SHORT and "short" not in builtin:
@@ -194,6 +197,11 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="no training: evaluate the default parameters (suffix -default)")
     p.add_argument("--pretrain", "--S0", dest="S0", action="store_true",
                    help="fit only the initial stabilities w0-w3, keep the rest at defaults (suffix -S0)")
+    p.add_argument("--sched_penalties", action="store_true",
+                   help="FSRS-7: upstream's scheduling penalties in the training loss, 0.5 x (largest growth of a "
+                        ">= 1-day interval over 10 Good reviews at 90%% retention)^2 + 0.0015 x max(1/x - 144, 0) for x "
+                        "the mean sub-day interval at 99%% (days), beside the L2 prior; trains on the autograd engine "
+                        "(suffix -sched_penalties)")
     p.add_argument("--binary", "--two_buttons", dest="two_buttons", action="store_true",
                    help="treat Hard and Easy as Good (suffix -binary)")
     p.add_argument("--short", action="store_true",

@@ -85,6 +85,8 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "FSRS-7": (35, "FIL, G, SR"),  # its built-in --secs: fractional intervals
     "FSRS-7-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's file name for "FSRS-7"
     "FSRS-7-short-secs-recency-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # ... for "FSRS-7 recency"
+    "FSRS-7-sched_penalties": (35, "FIL, G, SR"),  # --sched_penalties
+    "FSRS-7-sched_penalties-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's name for it
     "FSRS-6": (21, _FSRS6_IN),
     "FSRS-6-default": (0, _FSRS6_IN),
     "FSRS-6-dry-run": (0, _FSRS6_IN),
@@ -156,6 +158,7 @@ DISPLAY_NAMES: dict[str, str] = {
     "LSTM-short-secs-equalize_test_with_non_secs": "LSTM",
     "FSRS-7-short-secs-equalize_test_with_non_secs": "FSRS-7",
     "FSRS-7-short-secs-recency-equalize_test_with_non_secs": "FSRS-7 recency",
+    "FSRS-7-sched_penalties-short-secs-equalize_test_with_non_secs": "FSRS-7 sched. penalties",
     "SBD-recency": "SBD",
     "FSRSv4": "FSRS v4",
     "FSRSv3": "FSRS v3",
@@ -177,6 +180,7 @@ SUFFIX_WORDS: dict[str, str] = {
     "-dry-run": "default param.",
     "-S0": "pretrain",
     "-pretrain": "pretrain",
+    "-sched_penalties": "sched. penalties",
     "-binary": "binary",
     "-disable_short_term": "disable_short_term",
     "-recency": "recency",

@@ -87,6 +87,8 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     if refused:
         raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (the models that "
                         "accept upstream's secs mode declare accepts_secs; --duration is the LSTM's only)")
+    if cfg.sched_penalties and not getattr(cls, "accepts_sched_penalties", False):
+        raise DataError(f"{cfg.algo}: --sched_penalties is FSRS-7's only (upstream's scheduling penalties)")
     if cfg.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin and not cfg.secs_mode:
         raise DataError("--equalize_test_with_non_secs needs --secs")
     if cfg.batch_users is not None and cfg.batch_users < 1:

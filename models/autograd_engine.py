@@ -67,6 +67,9 @@ class Recipe:
     prior_weight: the factor of the L2 prior Σ((w − w_init)/σ)² (SIGMA given). For "lbfgs" a callable
       f(n_targets) may give it (SBD: 2/n_targets).
     revert_if_worse (lbfgs): back to w_init when the fit ends with a higher objective than it started with.
+    penalty (adam / adamw): None, or a loss term of the weights alone, (value, gradient) = penalty(w) on numpy
+      weights, added beside the prior and scaled like it (the batch's share of targets per step; whole in the
+      full objective): FSRS-7's --sched_penalties (models/fsrs7_penalty.py). Runs on this engine only.
     """
 
     optimizer: str = "adam"
@@ -85,6 +88,7 @@ class Recipe:
     tolerance_change: float = 1e-9
     revert_if_worse: bool = False
     seed: int = SEED
+    penalty: Callable[[np.ndarray], tuple[float, np.ndarray]] | None = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -380,6 +384,8 @@ class AutogradEngine:
         if len(cards.c_start) == 0 or (n_epoch <= 0 and recipe.optimizer != "lbfgs"):
             return w0
         if recipe.optimizer == "lbfgs":
+            if recipe.penalty is not None:
+                raise ValueError("RECIPE: a penalty runs with adam / adamw only")
             return self._lbfgs(w0, w_init, inv_var, mask, cards, recipe)
         return self._adam(w0, w_init, inv_var, mask, cards, recipe, n_epoch, batch_size)
 
@@ -400,8 +406,11 @@ class AutogradEngine:
         targets_of = _card_targets(cards, cards.c_tb, cards.c_te)
         everything = self._all_cards(cards)
 
+        penalty = recipe.penalty
+
         def objective(w):
-            return self._loss(w, everything) + float(np.sum((w - w_init) ** 2 * inv_var))
+            extra = penalty(w)[0] if penalty is not None else 0.0
+            return self._loss(w, everything) + float(np.sum((w - w_init) ** 2 * inv_var)) + extra
 
         w = w0.copy()
         m, v = np.zeros(len(w)), np.zeros(len(w))
@@ -415,7 +424,10 @@ class AutogradEngine:
                 batch = _CardBatch(cards, ids, cards.c_n[ids], self.device, self.dtype, targets_of)
                 _, grad = self._batch_loss_grad(w, batch)
                 scale = len(batch.targets) / n_targets
-                grad = (grad + 2.0 * scale * (w - w_init) * inv_var) * mask
+                grad = grad + 2.0 * scale * (w - w_init) * inv_var
+                if penalty is not None:  # a weights-only term, scaled like the prior
+                    grad = grad + scale * penalty(w)[1]
+                grad = grad * mask
                 grad[~np.isfinite(grad)] = 0.0
                 lr_t = recipe.lr * 0.5 * (1.0 + math.cos(math.pi * step_no / total))
                 step_no += 1

@@ -140,6 +140,8 @@ def recipe_runs_compiled(recipe) -> str | None:
     """Why a RECIPE cannot run on the compiled engine (None when it can): the compiled trainer is Adam with a
     cosine schedule (a fixed prior weight), or torch's L-BFGS driven by the compiled loss and gradient; AdamW's
     decay stays on the autograd engine."""
+    if getattr(recipe, "penalty", None) is not None:  # a per-step Python term: adam_fit is one compiled loop
+        return "penalty"
     if recipe.optimizer == "lbfgs":
         return None
     if recipe.optimizer != "adam":
