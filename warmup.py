@@ -46,12 +46,14 @@ def _source_tag(cfg: RunConfig) -> str:
 
 def units(cfg: RunConfig) -> list[Unit]:
     """What a run of `cfg` compiles, as units: the model's own (Model.compile_units), else one toy run of the row."""
-    own = models.create(cfg).compile_units()
+    model = models.create(cfg)
+    own = model.compile_units()
     if own:
         return own
     if not (EMBEDDED_DATA / "revlogs" / f"user_id={TOY_USER}").exists():
         return []
-    return [Unit(f"toy run of {cfg.name}{_source_tag(cfg)}", 3.0, partial(_toy_run, cfg))]
+    seconds = getattr(model, "first_run_seconds", 3.0)
+    return [Unit(f"toy run of {cfg.name}{_source_tag(cfg)}", seconds, partial(_toy_run, cfg))]
 
 
 # A run of at least this many reviews compiles the ICI's lowess kernel in its warm-up (metrics.ici: below

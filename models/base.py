@@ -75,6 +75,9 @@ class Model:
 
     name: str = ""
     n_params: int = 0
+    # About how long a first run's toy run of this model takes to compile (warmup.py: a model without compile_units),
+    # so that a long one starts first instead of being the last on one worker while the others wait
+    first_run_seconds: float = 3.0
 
     def fit(self, train: ReviewData) -> "Model":
         return self

@@ -423,6 +423,7 @@ class FSRS7(Model):
     """FSRS-7 and FSRS-7 recency (--recency); --default (0 parameters) and --S0 (S0 + curve search, 12) too."""
 
     name = NAME
+    first_run_seconds = 30  # its first run's compiling (warmup.py), measured in an empty cache
     autograd = True  # `--trainer autograd` runs the equations on the autograd engine instead of the traced plug-in
     accepts_secs = NAME in ACCEPTS_SECS  # the general --secs feature pipeline: fractional intervals, same-day targets
     # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's

@@ -97,6 +97,7 @@ class NN17Flat(NN17Spec, FlatNet):
 
 class NN17(NeuralModel):
     name = "NN-17"
+    first_run_seconds = 12  # its first run's compiling (warmup.py), measured in an empty cache
     net_class = LazyClass("models.nn17_torch:NN17Net")
     flat_class = NN17Flat
     n_epoch = 5

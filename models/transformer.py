@@ -291,6 +291,7 @@ class TransformerFlat(FlatNet):
 
 class Transformer(NeuralModel):
     name = "Transformer"
+    first_run_seconds = 25  # its first run's compiling (warmup.py), measured in an empty cache
     net_class = LazyClass("models.transformer_torch:TransformerNet")
     flat_class = TransformerFlat
     n_epoch = 5

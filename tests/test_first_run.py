@@ -28,6 +28,16 @@ def test_fsrs6_units_are_its_lane_kernel_after_its_parts_and_the_engine_loops():
     assert [u.label for u in warmup.units(RunConfig(algo="AVG"))] == ["toy run of AVG"]
 
 
+def test_a_model_whose_toy_run_compiles_long_starts_first(tmp_path, monkeypatch):
+    """GRU-P's toy run (~22 s of compiling: Model.first_run_seconds) goes before AVG's and before FSRS-6's units,
+    so that a first report does not end with one worker compiling it while the other waits."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # an empty cache: nothing marked done
+    cfgs = [RunConfig(algo=a) for a in ("AVG", "FSRS-6", "GRU-P")]
+    assert [u.label for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3.5, 3, 2.5 s
+        "toy run of GRU-P", *PARTS, "engine loops of models.fsrs6_kernels", "toy run of AVG",
+        "lane kernel models.fsrs6_lanes"]
+
+
 def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
     """In an empty cache, warm_up builds FSRS-6's units on two workers, and then evaluating a user starts no
     compilation (the units cover what the row needs) and nothing is pending any more."""
