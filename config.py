@@ -55,6 +55,10 @@ class RunConfig:
     secs: bool = False
     duration: bool = False
     equalize_test_with_non_secs: bool = False
+    # upstream's split flags (split.protocol_folds)
+    no_test_same_day: bool = False
+    no_train_same_day: bool = False
+    train_equals_test: bool = False
     n_splits: int = 5
     batch_size: int = 512
     max_seq_len: int = 64
@@ -135,8 +139,14 @@ class RunConfig:
             parts.append("secs")
         if (self.recency or self.algo in ALWAYS_RECENCY) and "recency" not in builtin:
             parts.append("recency")
+        if self.no_test_same_day:
+            parts.append("no_test_same_day")
+        if self.no_train_same_day:
+            parts.append("no_train_same_day")
         if self.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin:
             parts.append("equalize_test_with_non_secs")
+        if self.train_equals_test:
+            parts.append("train_equals_test")
         if self.trainer != "fast":
             parts.append(f"{self.trainer}-trainer")
         if self.precision == "float64" and self.algo == "LSTM":
@@ -221,7 +231,20 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--duration", action="store_true",
                    help="upstream's --duration: answer durations as inputs. Built into the LSTM row (its published "
                         "mode); refused by other models")
-    p.add_argument("--n_splits", type=int, default=5, help="TimeSeriesSplit folds")
+    p.add_argument("--no_test_same_day", action="store_true",
+                   help="upstream's --no_test_same_day: each fold's test reviews keep only those with elapsed_days "
+                        "> 0 (changes a row only where same-day reviews are targets: --secs with --short, or a "
+                        "model with them built in; suffix -no_test_same_day)")
+    p.add_argument("--no_train_same_day", action="store_true",
+                   help="upstream's --no_train_same_day: each fold's training reviews keep only those with "
+                        "elapsed_days > 0 (same-day reviews stay in histories; suffix -no_train_same_day)")
+    p.add_argument("--train_equals_test", action="store_true",
+                   help="upstream's --train_equals_test (an overfitting probe): one fold that trains on all the "
+                        "user's reviews and tests on every review from the first TimeSeriesSplit test block on "
+                        "(replaces the equalized folds too; suffix -train_equals_test)")
+    p.add_argument("--n_splits", type=int, default=5,
+                   help="TimeSeriesSplit folds: fold k trains on the first k+1 of n_splits+1 equal blocks (the "
+                        "remainder in the first) and tests on the next")
     p.add_argument("--batch_size", type=int, default=512, help="training batch size")
     p.add_argument("--max_seq_len", type=int, default=64,
                    help="longest training history; each card keeps its first 2x this many reviews")

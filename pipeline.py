@@ -23,7 +23,7 @@ from config import RunConfig
 from data_loader import DataError, load_partitions, load_revlogs
 from features import FEATURE_COLUMNS, FeatureConfig, NotEnoughData, build_features, history_strings
 from models.base import InadequateData, ReviewData, column
-from split import equalized_folds, time_series_folds
+from split import equalized_folds, protocol_folds, time_series_folds
 
 
 def log(msg: str) -> None:
@@ -91,6 +91,10 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
                                     cfg.n_splits)
         else:
             folds = time_series_folds(len(data), cfg.n_splits)
+        if cfg.train_equals_test or cfg.no_test_same_day or cfg.no_train_same_day:  # upstream's split flags
+            folds = protocol_folds(folds, data.rows["review_th"].to_numpy(), data.rows["elapsed_days"].to_numpy(),
+                                   cfg.n_splits, train_equals_test=cfg.train_equals_test,
+                                   no_test_same_day=cfg.no_test_same_day, no_train_same_day=cfg.no_train_same_day)
     except NotEnoughData as exc:
         return UserOutcome(user_id, skipped=str(exc))
     except DataError as exc:

@@ -55,6 +55,10 @@ def per_user_reason(cfg: RunConfig) -> str | None:
     return None
 
 
+# The models upstream's other.py hands to their own functions before its fold loop (SM2/Ebisu process_untrainable,
+# baseline, rmse_bins_exploit, moving_avg, fsrs_one_step): --no_test_same_day/--no_train_same_day/--train_equals_test
+# are refused for them (split.protocol_folds follows the fold loop's handling only).
+SPLIT_FLAGS_REFUSED = ("SM2", "Ebisu-v2", "AVG", "RMSE-BINS-EXPLOIT", "MOVING-AVG", "FSRS-6-one-step")
 VERSION_KEY = "model_sha1"  # a model file's result lines: the sha1 of the file that produced them (its first 12)
 
 
@@ -91,6 +95,11 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
         raise DataError(f"{cfg.algo}: --sched_penalties is FSRS-7's only (upstream's scheduling penalties)")
     if cfg.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin and not cfg.secs_mode:
         raise DataError("--equalize_test_with_non_secs needs --secs")
+    split_flags = [f for f in ("no_test_same_day", "no_train_same_day", "train_equals_test") if getattr(cfg, f)]
+    if split_flags and cfg.algo in SPLIT_FLAGS_REFUSED:
+        # upstream runs these models through their own functions (model_processors.py), not other.py's fold
+        # loop that applies the flags; what those do with the flags is not reproduced here
+        raise DataError(f"{cfg.algo}: --{', --'.join(split_flags)} not implemented for this model")
     if cfg.batch_users is not None and cfg.batch_users < 1:
         raise DataError("--batch-users must be at least 1")
     slots = device_slots(cfg)

@@ -43,3 +43,28 @@ def equalized_folds(secs_review_th: np.ndarray, day_review_th: np.ndarray,
         first = int(at[test[0]]) if len(test) else len(secs_review_th)
         folds.append((np.arange(first), at[test]))
     return folds
+
+
+def protocol_folds(folds: list[tuple[np.ndarray, np.ndarray]], review_th: np.ndarray, elapsed_days: np.ndarray,
+                   n_splits: int = 5, *, train_equals_test: bool = False, no_test_same_day: bool = False,
+                   no_train_same_day: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+    """upstream's split flags (other.py `process`, applied after the fold's train and test sets are chosen):
+
+    - --train_equals_test: one fold only; it trains on every row of the user and tests on every row whose
+      review_th is at least the first review_th of TimeSeriesSplit's first test block (the plain split of these
+      rows: it replaces the --equalize_test_with_non_secs folds too).
+    - --no_test_same_day / --no_train_same_day: the fold's test / train rows keep only reviews with the
+      revlog's elapsed_days > 0 (in day mode every target already has it; the flags matter with --secs --short,
+      where same-day reviews are targets).
+
+    `folds` are the ordinary folds (time_series_folds or equalized_folds); returned unchanged with no flag."""
+    if train_equals_test:
+        review_th = np.asarray(review_th)
+        _, test = time_series_folds(len(review_th), n_splits)[0]
+        first = review_th[test].min()
+        folds = [(np.arange(len(review_th)), np.flatnonzero(review_th >= first))]
+    if no_test_same_day or no_train_same_day:
+        later_day = np.asarray(elapsed_days) > 0
+        folds = [(tr[later_day[tr]] if no_train_same_day else tr, te[later_day[te]] if no_test_same_day else te)
+                 for tr, te in folds]
+    return folds
