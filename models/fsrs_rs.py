@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import models.fsrs6 as fsrs6
 from models.base import InadequateData, Model, ReviewData
-from models import fsrs6
 from models.fsrs6_kernels import DEFAULT_W
 
 ROUND_DECIMALS = 4  # upstream rounds the weights benchmark() returns

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from models import fsrs_v4 as v4
+import models.fsrs_v4 as v4
 from models.fsrs_v4 import N_ADJ, N_STATE, init, init_vjp  # noqa: F401 (engine contract: v4's state, first review)
 
 LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v45"  # the trainer's batches: cards side by side

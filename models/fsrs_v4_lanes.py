@@ -53,8 +53,8 @@ import math
 import numpy as np
 from numba import njit
 
-from models import fsrs_v45 as v45
-from models import fsrs_v5 as v5
+import models.fsrs_v5 as v5
+import models.fsrs_v45 as v45
 from models.fsrs_v4 import DECAY_V4, F_V4, S_MAX, S_MIN
 from models.jit import inlined
 from models.kernel_math import stable_argsort_small

@@ -170,7 +170,7 @@ def upstream_argsort(key: np.ndarray) -> np.ndarray:
         choice = "numpy1.26-avx512" if numpy_sorts_with_avx512() else "generic"
     if choice == "generic":
         return argsort_numpy126(key)
-    from models import legacy_sort_avx512
+    import models.legacy_sort_avx512 as legacy_sort_avx512
 
     if choice == "published":
         return legacy_sort_avx512.argsort_numpy22_avx512(key)

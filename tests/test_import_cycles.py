@@ -8,8 +8,9 @@ What is an edge, from the module that holds it (anywhere in the file: module lev
 `if` / `try` blocks and `if TYPE_CHECKING:` alike):
 - `import a.b.c`: an edge to `a.b.c` (or to its longest prefix that is a project module);
 - `from a.b import c` (and `from . import c`, `from .b import c`, resolved against the importing module's package):
-  an edge to `a.b.c` when that is a project module (a submodule), else to `a.b` (the package's `__init__` or the
-  module that defines `c`);
+  an edge to `a.b` (the package's `__init__` or the module that defines `c`: the name is read from it), and to
+  `a.b.c` too when that is a project module (a submodule). So a submodule of `models` imports its siblings as
+  `import models.x as x` or `from models.x import y`, never `from models import x`, which reads the registry;
 - `importlib.import_module("a.b")` with a literal string: an edge to `a.b`.
 
 Not edges: a module name held as data and imported elsewhere by `importlib.import_module(variable)` (the registry's
@@ -101,7 +102,7 @@ def imports_of(module: str, path: Path, modules: set[str], module_level_only: bo
                 sub = f"{base}.{alias.name}" if base else alias.name
                 if alias.name != "*" and sub in modules:
                     add(sub, node.lineno)
-                elif base:
+                if base:  # the names are read from `base` (its __init__), a submodule among them or not
                     add(base, node.lineno)
         elif isinstance(node, ast.Call):
             func = node.func
