@@ -246,39 +246,4 @@ def test_the_ici_unit_compiles_what_the_ici_calls(tmp_path):
             metrics.ici(y, x)
         print(seen)
     """)
-    assert _fresh_cache_run(f"PARTS = {PARTS!r}\n" + code, tmp_path) == "[]"
-
-
-def _fresh_cache_run(code, tmp_path, *args):
-    """`code`'s output, run in a new process with the compiled-code cache in tmp_path."""
-    env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path))
-    env.pop("NUMBA_CACHE_DIR", None)
-    out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
-
-
-def test_the_lane_kernel_loads_its_parts_compiled_apart(tmp_path):
-    """The parts' units compile the variants FSRS-6's lane kernel calls, for the very types it passes: compiling
-    the kernel afterwards (in another process, as a worker of a first run would) compiles neither part again."""
-    code = textwrap.dedent("""
-        import subprocess, sys
-        from numba.core import event
-        import warmup
-        from config import RunConfig
-        units = {u.label: u for u in warmup.units(RunConfig(algo="FSRS-6"))}
-        for label in units["lane kernel models.fsrs6_lanes"].after:
-            units[label].build()
-        seen = []
-        class L(event.Listener):
-            def on_start(self, ev): seen.append(ev.data["dispatcher"].py_func.__qualname__)
-            def on_end(self, ev): pass
-        import models.fsrs6_lanes as fl
-        fl.group_forward.compile_for  # the parts' variants live in the cache now; a new process loads them
-        with event.install_listener("numba:compile", L()):
-            units["lane kernel models.fsrs6_lanes"].build()
-        print(sorted(set(seen)))
-    """)
-    seen = eval(_fresh_cache_run(code, tmp_path))
-    assert "lanes_loss_grad" in seen
-    assert not any(name.startswith(("group_forward", "group_reverse")) for name in seen), seen
+    assert _fresh_cache_run(code, tmp_path) == "[]"
