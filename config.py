@@ -55,6 +55,9 @@ class RunConfig:
     secs: bool = False
     duration: bool = False
     equalize_test_with_non_secs: bool = False
+    # the row of upstream's "With same-day reviews" table: --short --secs, and a model whose published mode
+    # equalizes its test set to the day-mode table's (FSRS-7, LSTM, LogisticRegression) runs without it
+    with_same_day: bool = False
     # upstream's split flags (split.protocol_folds)
     no_test_same_day: bool = False
     no_train_same_day: bool = False
@@ -82,6 +85,11 @@ class RunConfig:
     def on_cuda(self) -> bool:
         return self.gpus is not None or self.device.startswith("cuda")
 
+    def __post_init__(self):
+        if self.with_same_day:  # upstream's same-day rows are `--short --secs` runs
+            self.short = True
+            self.secs = True
+
     @property
     def users_per_chunk(self) -> int:
         return self.batch_users if self.batch_users is not None else (64 if self.on_cuda else 1)
@@ -95,8 +103,12 @@ class RunConfig:
     def builtin_flags(self) -> tuple:
         """The flags that are the model's published mode, always on (BUILTIN_FLAGS, the model class's
         `builtin_flags`; e.g. the LSTM's secs/duration/equalized test rows). They add no suffix to the result
-        name."""
-        return BUILTIN_FLAGS.get(self.algo, ())
+        name. With --with_same_day the equalized test set is not one of them (upstream's same-day rows test on
+        every secs target)."""
+        flags = BUILTIN_FLAGS.get(self.algo, ())
+        if self.with_same_day:
+            flags = tuple(f for f in flags if f != "equalize_test_with_non_secs")
+        return flags
 
     @property
     def secs_mode(self) -> bool:
@@ -123,7 +135,11 @@ class RunConfig:
     def name(self) -> str:
         """Result-file base name: algorithm plus upstream's suffixes, in upstream's order (a model's built-in
         flags add none: its published row keeps the model's name)."""
-        builtin = self.builtin_flags
+        # A same-day row is named as upstream names it: its built-in flags spelled out ("FSRS-7-short-secs",
+        # "LSTM-short-secs-duration", "LogisticRegression-short-secs-recency"). A secs row of a model whose
+        # histories always hold same-day reviews spells "short" too ("FSRS-6-short-secs"), as upstream's names do.
+        builtin = () if self.with_same_day else self.builtin_flags
+        secs_spelled = (self.secs or "secs" in self.builtin_flags) and "secs" not in builtin
         parts = [self.model_name]
         if self.default:
             parts.append("default")
@@ -133,11 +149,15 @@ class RunConfig:
             parts.append("sched_penalties")
         if self.two_buttons:
             parts.append("binary")
-        if self.short and self.algo not in ALWAYS_SHORT and "short" not in builtin:
+        if (secs_spelled and self.include_short) or (self.short and self.algo not in ALWAYS_SHORT
+                                                     and "short" not in builtin):
             parts.append("short")
-        if self.secs and "secs" not in builtin:
+        if secs_spelled:
             parts.append("secs")
-        if (self.recency or self.algo in ALWAYS_RECENCY) and "recency" not in builtin:
+        if "duration" in self.builtin_flags and "duration" not in builtin:
+            parts.append("duration")
+        if (self.recency or self.algo in ALWAYS_RECENCY or "recency" in self.builtin_flags) \
+                and "recency" not in builtin:
             parts.append("recency")
         if self.no_test_same_day:
             parts.append("no_test_same_day")
@@ -228,6 +248,11 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="with --secs: each fold tests on the day-mode pipeline's test reviews and trains on every "
                         "secs row before them, so the row sits in the day-mode table (suffix "
                         "-equalize_test_with_non_secs)")
+    p.add_argument("--with_same_day", action="store_true",
+                   help="the row of upstream's 'With same-day reviews' table: --short --secs (same-day reviews are "
+                        "test targets) and, for the models whose published row is equalized to the day-mode test "
+                        "set (FSRS-7, LSTM, LogisticRegression), without that; the result file is upstream's name "
+                        "(DASH-short-secs, FSRS-6-short-secs, FSRS-7-short-secs, LSTM-short-secs-duration, ...)")
     p.add_argument("--duration", action="store_true",
                    help="upstream's --duration: answer durations as inputs. Built into the LSTM row (its published "
                         "mode); refused by other models")

@@ -86,6 +86,7 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "FSRS-7-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's file name for "FSRS-7"
     "FSRS-7-short-secs-recency-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # ... for "FSRS-7 recency"
     "FSRS-7-sched_penalties": (35, "FIL, G, SR"),  # --sched_penalties
+    "FSRS-7-default": (0, "FIL, G, SR"),
     "FSRS-7-sched_penalties-short-secs-equalize_test_with_non_secs": (35, "FIL, G, SR"),  # upstream's name for it
     "FSRS-6": (21, _FSRS6_IN),
     "FSRS-6-default": (0, _FSRS6_IN),
@@ -608,7 +609,7 @@ def rewrite_readme(path: Path, content: str) -> None:
 # The flags of upstream's result-file names, in the order upstream's names spell them.
 _FLAG_ORDER = ("short", "secs", "duration", "recency", "equalize_test_with_non_secs")
 # Modes that come right after the algorithm, before the flags ("FSRS-6-S0-short", "FSRS-7-default-short-secs...").
-_MODES = ("default", "dry-run", "S0", "pretrain", "binary")
+_MODES = ("default", "dry-run", "S0", "pretrain", "sched_penalties", "binary")
 
 
 def current_name(name: str) -> str:
@@ -632,6 +633,8 @@ def current_name(name: str) -> str:
         modes.append(mode)
         rest = rest[len(mode) + 1:]
     tokens = [t for t in rest.split("-") if t] if rest else []
+    if "secs" in tokens:  # a secs row spells its flags as upstream does (config.RunConfig.name)
+        return name
     flags = set(BUILTIN_FLAGS.get(algo, ())) | ({"short"} if algo in ALWAYS_SHORT else set())
     flags |= {t for t in tokens if t in _FLAG_ORDER}
     others = [t for t in tokens if t not in _FLAG_ORDER]
@@ -665,6 +668,10 @@ CURRENT_LABELS: dict[str, str] = {
     "FSRS-7-short-secs-deck": "FSRS-7 deck",
     "FSRS-7-default-short-secs-equalize_test_with_non_secs": "FSRS-7 default param.",
     "FSRS-7-default-short-secs": "FSRS-7 default param.",
+    "FSRS-7-sched_penalties-short-secs-equalize_test_with_non_secs": "FSRS-7 sched. penalties",
+    "FSRS-7-sched_penalties-short-secs": "FSRS-7 sched. penalties",
+    "FSRS-7-sched_penalties-short-secs-recency-equalize_test_with_non_secs": "FSRS-7 recency + sched. penalties",
+    "FSRS-7-sched_penalties-short-secs-recency": "FSRS-7 recency + sched. penalties",
     "FSRS-6-short": "FSRS-6",
     "FSRS-6-short-secs": "FSRS-6",
     "FSRS-6-short-recency": "FSRS-6 recency",
@@ -716,8 +723,15 @@ TABLE_TITLES = {False: "Without same-day reviews", True: "With same-day reviews"
 
 
 def current_label(name: str) -> str:
-    """Row name of a result file in upstream's current tables (CURRENT_LABELS over `current_name`)."""
-    return CURRENT_LABELS.get(current_name(name), display_name(name))
+    """Row name of a result file in upstream's current tables (CURRENT_LABELS over `current_name`). A same-day
+    row not listed there is named as its day-level row ("FSRS-7-short-secs-recency-deck" as "FSRS-7-recency-deck"),
+    since the table's title already says it is the same-day run."""
+    upstream = current_name(name)
+    if upstream in CURRENT_LABELS:
+        return CURRENT_LABELS[upstream]
+    if with_same_day(name):
+        return current_label(upstream.replace("-short-secs", "", 1).replace("-duration", "", 1))
+    return display_name(name)
 
 
 def current_row_labels(models: list[ModelResults], display: bool = True) -> dict[str, str]:
@@ -748,7 +762,7 @@ def current_parameters_and_features(m: ModelResults) -> tuple[str, str]:
     if base is not None and known_model(base) is not None:
         count, features = known_model(base)
         if features != "---":
-            parts = ["FIL" if f == "IL" else f for f in features.split(", ")]
+            parts = list(dict.fromkeys("FIL" if f == "IL" else f for f in features.split(", ")))
             features = ", ".join(parts + (["SR"] if "SR" not in parts else []))
         return str(count), features
     return parameter_label(m), ""

@@ -26,6 +26,7 @@ class Row:
     algo: str  # key in models.REGISTRY
     flags: dict = field(default_factory=dict)  # RunConfig fields that differ from the defaults
     unsupported: str | None = None  # why srs-bench cannot produce this row at all (not just "not registered yet")
+    table: str = "day"  # "day": the table without same-day reviews; "same-day": with them (--with_same_day)
 
     def args(self) -> list[str]:
         """other.py's arguments for this row (`--model M` and its flags)."""
@@ -43,7 +44,8 @@ class Row:
 # RunConfig field → command-line flag (config.build_parser)
 _FLAG_NAMES = {"default": "--default", "S0": "--S0", "two_buttons": "--binary", "short": "--short",
                "recency": "--recency", "partitions": "--partitions", "disable_short_term": "--disable_short_term",
-               "trainer": "--trainer", "secs": "--secs", "equalize_test_with_non_secs": "--equalize_test_with_non_secs"}
+               "trainer": "--trainer", "secs": "--secs", "equalize_test_with_non_secs": "--equalize_test_with_non_secs",
+               "sched_penalties": "--sched_penalties", "with_same_day": "--with_same_day"}
 
 
 def _family(base: str, *, disable_short_term: bool = False) -> list[Row]:
@@ -59,14 +61,30 @@ def _family(base: str, *, disable_short_term: bool = False) -> list[Row]:
 
 _RWKV = "trained once on 5,000 users and evaluated on the other 5,000 (not per user); not part of srs-bench"
 
+
+def _fsrs7(table: str = "day") -> list[Row]:
+    """FSRS-7 and its variants in upstream's current tables: in the day table its published (equalized) mode, in
+    the same-day table its `--with_same_day` run."""
+    variants = [{}, {"recency": True}, {"sched_penalties": True}, {"sched_penalties": True, "recency": True},
+                {"partitions": "preset"}, {"partitions": "deck"}, {"default": True}]
+    same_day = {"with_same_day": True} if table == "same-day" else {}
+    return [Row(RunConfig(algo="FSRS-7", **flags, **same_day).name, "FSRS-7", {**flags, **same_day}, table=table)
+            for flags in variants]
+
+
+def _same_day(algo: str, **flags) -> Row:
+    """A row of upstream's "With same-day reviews" table: the model's `--with_same_day` run (--short --secs)."""
+    flags = {**flags, "with_same_day": True}
+    return Row(RunConfig(algo=algo, **flags).name, algo, flags, table="same-day")
+
+
 ROWS: list[Row] = [
     Row("RWKV-P", "RWKV-P", unsupported=_RWKV),
     Row("RWKV", "RWKV", unsupported=_RWKV),
     Row("LSTM", "LSTM"),
     Row("GRU-P-short", "GRU-P", {"short": True}),
     Row("GRU-P", "GRU-P"),
-    Row("FSRS-7", "FSRS-7"),
-    Row("FSRS-7-recency", "FSRS-7", {"recency": True}),
+    *_fsrs7(),
     *_family("FSRS-6"),
     Row("FSRS-6-upstream-trainer", "FSRS-6", {"trainer": "upstream"}),  # srs-bench: FSRS-6 with upstream's trainer
     Row("FSRS-rs", "FSRS-rs"),
@@ -99,6 +117,38 @@ ROWS: list[Row] = [
     Row("SM2-short", "SM2", {"short": True}),
     Row("SM2", "SM2"),
     Row("RMSE-BINS-EXPLOIT", "RMSE-BINS-EXPLOIT"),
+    # upstream's current day table runs GRU on the secs pipeline, equalized to the day-mode test reviews
+    Row("GRU-short-secs-equalize_test_with_non_secs", "GRU",
+        {"short": True, "secs": True, "equalize_test_with_non_secs": True}),
+    # upstream's "With same-day reviews" table: every row its --short --secs run
+    dataclasses.replace(_same_day("LSTM"), unsupported="the LSTM's own target hook builds the equalized "
+                        "day-table rows only; its every-secs-target run is not implemented yet"),
+    *_fsrs7("same-day"),
+    _same_day("LogisticRegression"),
+    _same_day("MOVING-AVG"),
+    _same_day("DASH[MCM]"),
+    _same_day("GRU-P"),
+    _same_day("DASH"),
+    _same_day("DASH[ACT-R]"),
+    _same_day("FSRS-6", recency=True),
+    _same_day("FSRS-6"),
+    _same_day("AVG"),
+    _same_day("FSRS-6", two_buttons=True),
+    _same_day("FSRS-6", partitions="preset"),
+    _same_day("ACT-R"),
+    _same_day("FSRS-6", S0=True),
+    _same_day("FSRS-6", partitions="deck"),
+    _same_day("FSRS-4.5"),
+    _same_day("FSRS-5"),
+    _same_day("FSRS-6", default=True),
+    _same_day("FSRSv4"),
+    _same_day("GRU"),
+    _same_day("FSRSv3"),
+    _same_day("FSRSv2"),
+    _same_day("HLR"),
+    _same_day("FSRSv1"),
+    _same_day("Ebisu-v2"),
+    _same_day("RMSE-BINS-EXPLOIT"),
 ]
 
 BY_NAME = {row.name: row for row in ROWS}
@@ -110,6 +160,10 @@ def skip_reason(row: Row) -> str | None:
         return row.unsupported
     if row.algo not in models.REGISTRY:
         return f"model {row.algo} is not in models.REGISTRY yet"
+    if row.flags.get("secs") or row.flags.get("with_same_day"):
+        cls = models.model_class(row.algo)
+        if not getattr(cls, "accepts_secs", False) and "secs" not in getattr(cls, "builtin_flags", ()):
+            return f"model {row.algo} does not run upstream's --secs mode yet"
     return None
 
 

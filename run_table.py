@@ -82,14 +82,16 @@ def count_lines(path: Path) -> int:
 
 
 def list_rows(result_dir: Path) -> None:
-    from evaluate import display_name
+    from evaluate import current_label
 
     width = max(len(r.name) for r in table_rows.ROWS)
-    for row in table_rows.ROWS:
-        reason = table_rows.skip_reason(row)
-        done = count_lines(result_dir / f"{row.name}.jsonl")
-        state = f"skipped: {reason}" if reason else f"runnable, {done} user(s) in {row.name}.jsonl"
-        print(f"{row.name:<{width}}  {display_name(row.name):<28} {row.command():<58} {state}")
+    for table, title in (("day", "Without same-day reviews"), ("same-day", "With same-day reviews")):
+        print(f"# {title}")
+        for row in (r for r in table_rows.ROWS if r.table == table):
+            reason = table_rows.skip_reason(row)
+            done = count_lines(result_dir / f"{row.name}.jsonl")
+            state = f"skipped: {reason}" if reason else f"runnable, {done} user(s) in {row.name}.jsonl"
+            print(f"{row.name:<{width}}  {current_label(row.name):<28} {row.command():<58} {state}")
 
 
 def regenerate_tables(args: argparse.Namespace) -> int:

@@ -583,6 +583,26 @@ def test_current_names_spell_out_the_built_in_flags():
         assert evaluate.current_label(name) == label, name
 
 
+def test_same_day_rows_keep_their_names_and_take_their_day_rows_labels():
+    """--with_same_day names (config.RunConfig.name) are upstream's already; they belong to the same-day table and
+    are labelled as the day table labels the same model and variant."""
+    labels = {"FSRS-7-short-secs": "FSRS-7", "FSRS-7-short-secs-recency": "FSRS-7 recency",
+              "FSRS-7-sched_penalties-short-secs": "FSRS-7 sched. penalties",
+              "FSRS-7-sched_penalties-short-secs-recency": "FSRS-7 recency + sched. penalties",
+              "FSRS-7-short-secs-deck": "FSRS-7 deck", "FSRS-7-default-short-secs": "FSRS-7 default param.",
+              "LSTM-short-secs-duration": "LSTM", "LogisticRegression-short-secs-recency": "Logistic Regression",
+              "FSRS-6-binary-short-secs": "FSRS-6 binary", "GRU-P-short-secs": "GRU-P"}
+    for name, label in labels.items():
+        assert evaluate.current_name(name) == name
+        assert evaluate.with_same_day(name), name
+        assert evaluate.current_label(name) == label, name
+    # the day table's FSRS-7 variants (its published, equalized mode)
+    assert evaluate.current_name("FSRS-7-sched_penalties-recency") == \
+        "FSRS-7-sched_penalties-short-secs-recency-equalize_test_with_non_secs"
+    assert evaluate.current_label("FSRS-7-sched_penalties-recency") == "FSRS-7 recency + sched. penalties"
+    assert not evaluate.with_same_day("FSRS-7-sched_penalties")
+
+
 def test_without_and_with_same_day_tables_take_their_own_files_and_users(tmp_path, capsys):
     day = [(1, 10, 0.3, 0.05, 0.7), (2, 20, 0.4, 0.06, 0.6), (3, 30, 0.5, 0.07, 0.65)]
     secs = day + [(4, 40, 0.45, 0.08, 0.6)]  # the same-day files have a fourth user

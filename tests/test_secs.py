@@ -99,11 +99,34 @@ def test_equalized_folds_refuse_a_day_target_missing_from_the_secs_rows():
 
 
 def test_result_names_follow_upstreams_suffix_order():
+    # FSRS-6's histories always hold same-day reviews: a secs row spells "short" as upstream's `--short --secs` does
     cfg = RunConfig(algo="FSRS-6", secs=True, recency=True, equalize_test_with_non_secs=True)
-    assert cfg.name == "FSRS-6-secs-recency-equalize_test_with_non_secs"
+    assert cfg.name == "FSRS-6-short-secs-recency-equalize_test_with_non_secs"
     assert RunConfig(algo="HLR", short=True, secs=True).name == "HLR-short-secs"
+    assert RunConfig(algo="HLR", secs=True).name == "HLR-secs"
     assert RunConfig(algo="LSTM", secs=True, equalize_test_with_non_secs=True).name == "LSTM"
     assert not RunConfig(algo="LSTM", secs=True).secs_mode  # the LSTM's secs inputs are its own
+
+
+def test_with_same_day_names_the_rows_as_upstreams_same_day_table():
+    """--with_same_day is `--short --secs` without a published row's equalized test set; the result file is named
+    with every flag spelled, as upstream's command lines spell them."""
+    same_day = {"with_same_day": True}
+    expected = {("FSRS-7", ()): "FSRS-7-short-secs",
+                ("FSRS-7", (("recency", True), ("partitions", "deck"))): "FSRS-7-short-secs-recency-deck",
+                ("FSRS-7", (("sched_penalties", True),)): "FSRS-7-sched_penalties-short-secs",
+                ("FSRS-7", (("default", True),)): "FSRS-7-default-short-secs",
+                ("LSTM", ()): "LSTM-short-secs-duration",
+                ("LogisticRegression", ()): "LogisticRegression-short-secs-recency",
+                ("FSRS-6", (("two_buttons", True),)): "FSRS-6-binary-short-secs",
+                ("FSRS-6", (("S0", True),)): "FSRS-6-S0-short-secs",
+                ("DASH", ()): "DASH-short-secs"}
+    for (algo, flags), name in expected.items():
+        cfg = RunConfig(algo=algo, **dict(flags), **same_day)
+        assert cfg.name == name
+        assert cfg.short and cfg.secs and not cfg.equalize_mode
+    assert RunConfig(algo="FSRS-7").equalize_mode and RunConfig(algo="FSRS-7").name == "FSRS-7"
+    assert RunConfig(algo="DASH", with_same_day=True).name == RunConfig(algo="DASH", short=True, secs=True).name
 
 
 def upstream_secs_rows(revlogs, short: bool):
