@@ -233,21 +233,6 @@ def _outlier_mask(first_rating: np.ndarray, delta_t: np.ndarray, is_first_lt: np
                 removed += counts[k]
     drop[sel] = drop_cell[inverse]
     return drop
-    cells = pd.DataFrame({"fr": first_rating[sel], "dt": delta_t[sel]}).value_counts().reset_index(name="n")
-    dropped_cells = []
-    for fr, group in cells.groupby("fr", sort=True):
-        threshold = max(0.05 * group["n"].sum(), 20)
-        limit = 365 if fr == 4 else 100
-        removed = 0
-        for dt, count in group.sort_values(["n", "dt"], ascending=[True, False])[["dt", "n"]].itertuples(index=False):
-            if removed + count < threshold or count < 6 or dt > limit:
-                dropped_cells.append((fr, dt))
-                removed += count
-    if dropped_cells:
-        bad = pd.MultiIndex.from_tuples(dropped_cells)
-        keys = pd.MultiIndex.from_arrays([first_rating[sel], delta_t[sel]])
-        drop[sel[keys.isin(bad)]] = True
-    return drop
 
 
 def history_strings(data: ReviewData) -> tuple[list[str], list[str]]:
