@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 import models
-from config import RunConfig
+from config import SECS_FAST_ONLY, RunConfig
 from dask_executor import dask_client, run_dask
 from data_loader import DataError, list_user_ids, resolve_data_root, review_counts
 from local_pool import MAX_WORKER_DEATHS, device_slots, run_pool
@@ -91,6 +91,9 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     if refused:
         raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (the models that "
                         "accept upstream's secs mode declare accepts_secs; --duration is the LSTM's only)")
+    if cfg.secs_mode and cfg.algo in SECS_FAST_ONLY and cfg.trainer != "fast":
+        raise DataError(f"{cfg.algo}: --secs runs on the fast trainer only (its torch steps keep day mode's s_min); "
+                        f"drop --trainer {cfg.trainer}")
     if cfg.sched_penalties and not getattr(cls, "accepts_sched_penalties", False):
         raise DataError(f"{cfg.algo}: --sched_penalties is FSRS-7's only (upstream's scheduling penalties)")
     if cfg.equalize_test_with_non_secs and "equalize_test_with_non_secs" not in builtin and not cfg.secs_mode:

@@ -94,7 +94,8 @@ C_EM = 25  # e^{−w17 w18}: post-lapse S is at most S·C_EM
 C_E35 = 26  # e^{3 w5}
 C_SINC = 26  # C_SINC + g: e^{w17(g − 3 + w18)}, g = 1..4 (same-day growth without S^{−w19})
 C_FLOOR = 31  # floor grade
-N_WC = 32
+C_SMIN = 32  # s_min: the lower clamp of S (S_MIN; upstream's --secs 1e-4), opts[1]
+N_WC = 33
 
 
 def forgetting_curve(t, s, decay):
@@ -106,7 +107,8 @@ def forgetting_curve(t, s, decay):
 
 @njit(cache=True)
 def precompute(w, opts):
-    """wc = w followed by the weight-only constants (layout above); opts[0] = floor grade (default 3)."""
+    """wc = w followed by the weight-only constants (layout above); opts[0] = floor grade (default 3), opts[1] =
+    s_min (default S_MIN; upstream's --secs runs 1e-4)."""
     wc = np.empty(N_WC)
     for j in range(N_PARAMS):
         wc[j] = w[j]
@@ -121,6 +123,7 @@ def precompute(w, opts):
     for g in range(1, 5):
         wc[C_SINC + g] = math.exp(w[17] * (g - 3 + w[18]))
     wc[C_FLOOR] = opts[0] if len(opts) > 0 else FLOOR_GRADE
+    wc[C_SMIN] = opts[1] if len(opts) > 1 else S_MIN
     return wc
 
 
@@ -144,14 +147,14 @@ def _hard_easy(w, g):
 
 @inlined
 def init(w, g, t, out):
-    out[0] = min(max(w[g - 1], S_MIN), S_MAX)
+    out[0] = min(max(w[g - 1], w[C_SMIN]), S_MAX)
     out[1] = min(max(w[4] - math.exp(w[5] * (g - 1)) + 1.0, 1.0), 10.0)
 
 
 @inlined
 def init_vjp(w, g, t, state, gstate, gw):
     s0 = w[g - 1]
-    if s0 >= S_MIN and s0 <= S_MAX:
+    if s0 >= w[C_SMIN] and s0 <= S_MAX:
         gw[g - 1] += gstate[0]
     e = math.exp(w[5] * (g - 1))
     d0 = w[4] - e + 1.0
@@ -201,7 +204,7 @@ def step(w, prev, t, g, out):
             ns = sf if sf < sm else sm
     ndp = dd - w[6] * (g - 3) * (10.0 - dd) / 9.0
     nd = w[7] * w[C_D04] + (1.0 - w[7]) * ndp
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
     out[1] = min(max(nd, 1.0), 10.0)
 
 
@@ -212,6 +215,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     gs = gnew[0]
     gd = gnew[1]
     d = w[20]
+    s_min = w[C_SMIN]
     # ---- difficulty: D' = clamp(w7·D0(4) + (1−w7)·(D − w6(g−3)(10−D)/9), 1, 10)
     ndp = dd - w[6] * (g - 3) * (10.0 - dd) / 9.0
     nd = w[7] * w[C_D04] + (1.0 - w[7]) * ndp
@@ -229,11 +233,11 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         if t < 1.0:
             sinc = new[X_R]
             if g >= w[C_FLOOR] and sinc < 1.0:
-                if s >= S_MIN and s <= S_MAX:
+                if s >= s_min and s <= S_MAX:
                     gs_old = gs
             else:
                 a = s * sinc
-                if a >= S_MIN and a <= S_MAX:
+                if a >= s_min and a <= S_MAX:
                     gs_old = gs * sinc * (1.0 - w[19])
                     gw[17] += gs * a * (g - 3 + w[18])
                     gw[18] += gs * a * w[17]
@@ -251,7 +255,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
                 core = e8 * (11.0 - dd) * pw * (e10 - 1.0)  # inc / hb
                 inc = core * hb
                 ns = s * (1.0 + inc)
-                if ns >= S_MIN and ns <= S_MAX:
+                if ns >= s_min and ns <= S_MAX:
                     dns_dr = -s * e8 * (11.0 - dd) * pw * hb * w[10] * e10
                     gs_old = gs * (1.0 + inc - w[9] * inc + dns_dr * dr_ds)
                     gw[20] += gs * dns_dr * dr_dd
@@ -271,7 +275,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
                 em = w[C_EM]
                 sm = s * em
                 ns = sf if sf < sm else sm
-                if ns >= S_MIN and ns <= S_MAX:
+                if ns >= s_min and ns <= S_MAX:
                     cf = 1.0 if sf < sm else (0.5 if sf == sm else 0.0)
                     cm = 1.0 - cf
                     if cf > 0.0:

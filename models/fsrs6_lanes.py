@@ -53,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from models.fsrs6_kernels import (C_D04, C_DF, C_E8, C_E35, C_EM, C_F, C_FLOOR, C_SINC, N_PARAMS, S_MAX, S_MIN)
+from models.fsrs6_kernels import (C_D04, C_DF, C_E8, C_E35, C_EM, C_F, C_FLOOR, C_SINC, C_SMIN, N_PARAMS, S_MAX)
 from models.jit import inlined
 from models.kernel_math import stable_argsort_small
 from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
@@ -103,14 +103,14 @@ def _target_adjoint(X, A, k, lane, d, df):
 @inlined(error_model="numpy")
 def group_forward(w, X, A, n_pos, nl):
     """States of the group's positions 0..n_pos−1 and what their reverse pass and loss read."""
-    f, d, e8, em, d04, floor = w[C_F], w[20], w[C_E8], w[C_EM], w[C_D04], w[C_FLOOR]
+    f, d, e8, em, d04, floor, s_min = w[C_F], w[20], w[C_E8], w[C_EM], w[C_D04], w[C_FLOOR], w[C_SMIN]
     c1, c2, c3, c4 = w[C_SINC + 1], w[C_SINC + 2], w[C_SINC + 3], w[C_SINC + 4]
     w0, w1, w2, w3, w4, w5, w6, w7 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
     w9, w10, w11, w12, w13, w14, w15, w16, w19 = w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16], w[19]
     for lane in range(nl):
         g = X[0, I_G, lane]
         e = exp1(w5 * (g - 1.0))
-        X[0, F_S, lane] = min(max(grade_pick(g, w0, w1, w2, w3), S_MIN), S_MAX)
+        X[0, F_S, lane] = min(max(grade_pick(g, w0, w1, w2, w3), s_min), S_MAX)
         X[0, F_D, lane] = min(max(w4 - e + 1.0, 1.0), 10.0)
         X[0, F_PW, lane] = e
     for k in range(1, n_pos):
@@ -139,7 +139,7 @@ def group_forward(w, X, A, n_pos, nl):
             ns = ns_same if same else ns_recall
             ndp = dd - w6 * (g - 3.0) * (10.0 - dd) / 9.0
             nd = w7 * d04 + (1.0 - w7) * ndp
-            X[k, F_S, lane] = min(max(ns, S_MIN), S_MAX)
+            X[k, F_S, lane] = min(max(ns, s_min), S_MAX)
             X[k, F_D, lane] = min(max(nd, 1.0), 10.0)
             X[k, F_X, lane] = x
             X[k, F_L1X, lane] = l1x
@@ -158,7 +158,7 @@ def group_forward(w, X, A, n_pos, nl):
                 sf = w11 * X[k, F_PW, lane] * (sp - 1.0) * X[k, F_E, lane]
                 sm = s * em
                 lapse = X[k, I_DT, lane] >= 1.0 and X[k, I_G, lane] < 1.5
-                X[k, F_S, lane] = min(max(sf if sf < sm else sm, S_MIN), S_MAX) if lapse else X[k, F_S, lane]
+                X[k, F_S, lane] = min(max(sf if sf < sm else sm, s_min), S_MAX) if lapse else X[k, F_S, lane]
                 X[k, F_LSP, lane] = lsp
                 X[k, F_SP, lane] = sp
 
@@ -179,6 +179,7 @@ def group_loss(w, X, A, n_pos, nl):
 def group_reverse(w, X, A, n_pos, nl):
     """The reverse pass over positions n_pos−1 .. 0, adding the gradient of w0..w20 to the lanes' sums A."""
     d, df, e8, em, d04, e35, floor = w[20], w[C_DF], w[C_E8], w[C_EM], w[C_D04], w[C_E35], w[C_FLOOR]
+    s_min = w[C_SMIN]
     c1, c2, c3, c4 = w[C_SINC + 1], w[C_SINC + 2], w[C_SINC + 3], w[C_SINC + 4]
     w0, w1, w2, w3, w4, w6, w7, w9 = w[0], w[1], w[2], w[3], w[4], w[6], w[7], w[9]
     w10, w11, w12, w13, w14, w15, w16 = w[10], w[11], w[12], w[13], w[14], w[15], w[16]
@@ -219,8 +220,8 @@ def group_reverse(w, X, A, n_pos, nl):
             sinc = grade_pick(g, c1, c2, c3, c4) * pw
             floored = g >= floor and sinc < 1.0
             a = s * sinc
-            g0 = gs if (same and floored and s >= S_MIN and s <= S_MAX) else 0.0
-            g1 = gs if (same and not floored and a >= S_MIN and a <= S_MAX) else 0.0
+            g0 = gs if (same and floored and s >= s_min and s <= S_MAX) else 0.0
+            g1 = gs if (same and not floored and a >= s_min and a <= S_MAX) else 0.0
             # recall
             dr_ds = r * d * x / ((1.0 + x) * s)
             dr_dd = r * (-l1x - d / (1.0 + x) * t / s * df)
@@ -228,13 +229,13 @@ def group_reverse(w, X, A, n_pos, nl):
             core = e8 * (11.0 - dd) * pw * (e - 1.0)
             inc = core * hb
             ns_r = s * (1.0 + inc)
-            g2 = gs if (not same and recall and ns_r >= S_MIN and ns_r <= S_MAX) else 0.0
+            g2 = gs if (not same and recall and ns_r >= s_min and ns_r <= S_MAX) else 0.0
             dns_dr = -s * e8 * (11.0 - dd) * pw * hb * w10 * e
             # lapse: min(S_f, S·e^{−w17 w18})
             sf = w11 * pw * (sp - 1.0) * e
             sm = s * em
             ns_l = sf if sf < sm else sm
-            gl = gs if (not same and not recall and ns_l >= S_MIN and ns_l <= S_MAX) else 0.0
+            gl = gs if (not same and not recall and ns_l >= s_min and ns_l <= S_MAX) else 0.0
             cf = 1.0 if sf < sm else (0.5 if sf == sm else 0.0)
             gf = gl * cf
             gm = gl * (1.0 - cf)
@@ -262,7 +263,7 @@ def group_reverse(w, X, A, n_pos, nl):
         gd = A[J_GD, lane]
         g = X[0, I_G, lane]
         s0 = grade_pick(g, w0, w1, w2, w3)
-        gs0 = gs if (s0 >= S_MIN and s0 <= S_MAX) else 0.0
+        gs0 = gs if (s0 >= s_min and s0 <= S_MAX) else 0.0
         A[0, lane] += (gs0 if g < 1.5 else 0.0)
         A[1, lane] += (gs0 if (g > 1.5 and g < 2.5) else 0.0)
         A[2, lane] += (gs0 if (g > 2.5 and g < 3.5) else 0.0)

@@ -32,6 +32,9 @@ from models.base import InadequateData, column
 W1 = 0.41
 W2 = 0.54
 S0_MAX = 100.0
+# s_min of upstream's --secs runs (config.py: 1e-4 for every model with --secs; its January-2025 code had 1e-6): the
+# lower clamp of S after every step, of the S0 fit and of w0..w3, in place of the day-mode 0.01 (FSRS-6: 0.001)
+SECS_S_MIN = 1e-4
 # Monotonicity repair order: (smaller rating, bigger rating).
 ORDER_PAIRS = ((1, 2), (2, 3), (3, 4), (1, 3), (2, 4), (1, 4))
 

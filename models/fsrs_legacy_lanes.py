@@ -62,7 +62,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.fsrs_v3 import LN09, S_MAX, S_MIN
+from models.fsrs_v3 import LN09, S_MAX
 from models.jit import inlined
 from models.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, stable_argsort_small
 from models.lanes import I_DT, I_G, I_W, LANES, grade_pick, pack_group
@@ -113,17 +113,18 @@ def group_forward(w, X, n_pos, nl, ver, e6):
     w11 = w[11] if ver != V1 else 0.0
     w12 = w[12] if ver != V1 else 0.0
     w13 = w[13] if ver == V2 else 0.0
+    s_min = w[7] if ver == V1 else (w[14] if ver == V2 else w[13])  # wc[C_SMIN] of the version (its precompute)
     for lane in range(nl):
         g = X[0, I_G, lane]
         if ver == V1:
-            X[0, F_S, lane] = min(max(w0 * grade_pick(g, 0.25, 0.5, 1.0, 2.0), S_MIN), S_MAX)
+            X[0, F_S, lane] = min(max(w0 * grade_pick(g, 0.25, 0.5, 1.0, 2.0), s_min), S_MAX)
             X[0, F_D, lane] = w1 - g + 3.0
             X[0, F_L, lane] = 1.0 if g < 1.5 else 0.0
         elif ver == V2:
-            X[0, F_S, lane] = min(max(w0 * (w1 * (g - 1.0) + 1.0), S_MIN), S_MAX)
+            X[0, F_S, lane] = min(max(w0 * (w1 * (g - 1.0) + 1.0), s_min), S_MAX)
             X[0, F_D, lane] = min(max(w2 * (w3 * (g - 4.0) + 1.0), 1.0), 10.0)
         else:
-            X[0, F_S, lane] = min(max(w0 + w1 * (g - 1.0), S_MIN), S_MAX)
+            X[0, F_S, lane] = min(max(w0 + w1 * (g - 1.0), s_min), S_MAX)
             X[0, F_D, lane] = min(max(w2 + w3 * (g - 3.0), 1.0), 10.0)
     for k in range(1, n_pos):
         for lane in range(nl):
@@ -157,7 +158,7 @@ def group_forward(w, X, n_pos, nl, ver, e6):
                 c = exp1(w7 * lns if recall else w10 * lnd + w11 * lns)
                 e = exp1((w8 if recall else w12) * (1.0 - r))
                 ns = s * (1.0 + e6 * (11.0 - nd) * c * (e - 1.0)) if recall else w9 * c * e
-            X[k, F_S, lane] = min(max(ns, S_MIN), S_MAX)
+            X[k, F_S, lane] = min(max(ns, s_min), S_MAX)
             X[k, F_D, lane] = nd
             if ver == V1:
                 X[k, F_L, lane] = lc + (0.0 if recall else 1.0)
@@ -192,6 +193,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
     w11 = w[11] if ver != V1 else 0.0
     w12 = w[12] if ver != V1 else 0.0
     w13 = w[13] if ver == V2 else 0.0
+    s_min = w[7] if ver == V1 else (w[14] if ver == V2 else w[13])  # wc[C_SMIN] of the version (its precompute)
     for lane in range(nl):  # nothing reads the last position's state
         A[J_GS, lane] = _target_adjoint(X, n_pos - 1, lane)
         A[J_GD, lane] = 0.0
@@ -218,8 +220,8 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
                 a = c * (e - 1.0)
                 ns_r = s * (1.0 + a)
                 ns_l = w0 * c
-                g2 = gs if (recall and ns_r >= S_MIN and ns_r <= S_MAX) else 0.0
-                gl = gs if (not recall and ns_l >= S_MIN and ns_l <= S_MAX) else 0.0
+                g2 = gs if (recall and ns_r >= s_min and ns_r <= S_MAX) else 0.0
+                gl = gs if (not recall and ns_l >= s_min and ns_l <= S_MAX) else 0.0
                 gs_old = g2 * (1.0 + (1.0 + w4) * a - s * c * e * w5 * dr_ds)
                 gnd += g2 * s * w3 * a / (nd + 0.1)
                 A[2, lane] += g2 * s * a
@@ -236,8 +238,8 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
                 a = c * (e - 1.0)
                 ns_r = s * (1.0 + a)
                 ns_l = w10 * c * (e - 1.0)
-                g2 = gs if (recall and ns_r >= S_MIN and ns_r <= S_MAX) else 0.0
-                gl = gs if (not recall and ns_l >= S_MIN and ns_l <= S_MAX) else 0.0
+                g2 = gs if (recall and ns_r >= s_min and ns_r <= S_MAX) else 0.0
+                gl = gs if (not recall and ns_l >= s_min and ns_l <= S_MAX) else 0.0
                 gs_old = (g2 * (1.0 + (1.0 + w8) * a - s * c * e * w9 * dr_ds)
                           + gl * (w12 * ns_l / s - w10 * c * e * w13 * dr_ds))
                 gnd += g2 * s * w7 * a / nd + gl * w11 * ns_l / nd
@@ -262,8 +264,8 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
                 a = e6 * (11.0 - nd) * c * (e - 1.0)
                 ns_r = s * (1.0 + a)
                 ns_l = w9 * c * e
-                g2 = gs if (recall and ns_r >= S_MIN and ns_r <= S_MAX) else 0.0
-                gl = gs if (not recall and ns_l >= S_MIN and ns_l <= S_MAX) else 0.0
+                g2 = gs if (recall and ns_r >= s_min and ns_r <= S_MAX) else 0.0
+                gl = gs if (not recall and ns_l >= s_min and ns_l <= S_MAX) else 0.0
                 ec = s * e6 * (11.0 - nd) * c * e  # the recall's dS'/d(w8·(1 − R))
                 gs_old = (g2 * (1.0 + (1.0 + w7) * a - ec * w8 * dr_ds)
                           + gl * (w11 * ns_l / s - w12 * ns_l * dr_ds))
@@ -291,12 +293,12 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
         if ver == V1:
             f = grade_pick(g, 0.25, 0.5, 1.0, 2.0)
             s0 = w0 * f
-            A[0, lane] += gs * f if (s0 >= S_MIN and s0 <= S_MAX) else 0.0
+            A[0, lane] += gs * f if (s0 >= s_min and s0 <= S_MAX) else 0.0
             A[1, lane] += gd
         elif ver == V2:
             f = w1 * (g - 1.0) + 1.0
             s0 = w0 * f
-            gs0 = gs if (s0 >= S_MIN and s0 <= S_MAX) else 0.0
+            gs0 = gs if (s0 >= s_min and s0 <= S_MAX) else 0.0
             A[0, lane] += gs0 * f
             A[1, lane] += gs0 * w0 * (g - 1.0)
             h = w3 * (g - 4.0) + 1.0
@@ -306,7 +308,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, e6):
             A[3, lane] += gd0 * w2 * (g - 4.0)
         else:
             s0 = w0 + w1 * (g - 1.0)
-            gs0 = gs if (s0 >= S_MIN and s0 <= S_MAX) else 0.0
+            gs0 = gs if (s0 >= s_min and s0 <= S_MAX) else 0.0
             A[0, lane] += gs0
             A[1, lane] += gs0 * (g - 1.0)
             d0 = w2 + w3 * (g - 3.0)
@@ -340,7 +342,7 @@ def _loss_grad(w, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, 
     return A[J_LOSS].sum()
 
 
-# The entry points (the engine's contract, models/seq_model_stub.py; these plug-ins have no precompute: wc is w)
+# The entry points (the engine's contract, models/seq_model_stub.py; w is the plug-ins' precompute: the weights, then s_min)
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def lanes_loss_grad_v1(w, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, batch, max_n, gw, want_loss,

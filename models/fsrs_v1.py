@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
@@ -44,10 +45,33 @@ X_R = 3
 X_C = 4
 X_E = 5
 
+# The precomputed vector wc (precompute): wc[:7] = w, then s_min, the lower clamp of S (opts[0]: S_MIN in day
+# mode, upstream's --secs 1e-4), read by the steps as w[C_SMIN]
+N_W = 7
+C_SMIN = 7
+
+
+@njit(cache=True)
+def precompute(w, opts):
+    """wc = w followed by s_min (opts[0], default S_MIN)."""
+    wc = np.empty(N_W + 1)
+    for j in range(N_W):
+        wc[j] = w[j]
+    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
+    return wc
+
+
+@njit(cache=True)
+def precompute_vjp(w, opts, wc, gwc, gw):
+    """s_min has no adjoint: the weights' part of gwc is copied."""
+    for j in range(N_W):
+        gw[j] += gwc[j]
+
+
 
 @njit(cache=True)
 def init(w, g, t, out):
-    out[0] = min(max(w[0] * 0.25 * 2.0 ** (g - 1), S_MIN), S_MAX)
+    out[0] = min(max(w[0] * 0.25 * 2.0 ** (g - 1), w[C_SMIN]), S_MAX)
     out[1] = w[1] - g + 3.0
     out[2] = 1.0 if g < 2 else 0.0
 
@@ -55,7 +79,7 @@ def init(w, g, t, out):
 @njit(cache=True)
 def init_vjp(w, g, t, state, gstate, gw):
     f = 0.25 * 2.0 ** (g - 1)
-    if S_MIN <= w[0] * f <= S_MAX:
+    if w[C_SMIN] <= w[0] * f <= S_MAX:
         gw[0] += gstate[0] * f
     gw[1] += gstate[1]
 
@@ -78,7 +102,7 @@ def step(w, prev, t, g, out):
         e6 = math.exp(w[6] * lapses)
         out[X_E] = e6
         ns = w[0] * e6
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
     out[1] = nd
     out[2] = lapses + (1.0 if g < 2 else 0.0)
 
@@ -100,7 +124,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         e5 = new[X_E]
         a = c * (e5 - 1.0)
         ns = s * (1.0 + a)
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             gs_prev += gs * (1.0 + (1.0 + w[4]) * a - s * c * e5 * w[5] * dr_ds)
             gnd += gs * s * w[3] * a / (nd + 0.1)
@@ -111,7 +135,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     else:
         e6 = new[X_E]
         ns = w[0] * e6
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             gw[0] += gs * e6
             gw[6] += gs * ns * lapses

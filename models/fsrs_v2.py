@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
@@ -35,10 +36,33 @@ X_B = 4
 X_C = 5
 X_D = 6
 
+# The precomputed vector wc (precompute): wc[:14] = w, then s_min, the lower clamp of S (opts[0]: S_MIN in day
+# mode, upstream's --secs 1e-4), read by the steps as w[C_SMIN]
+N_W = 14
+C_SMIN = 14
+
+
+@njit(cache=True)
+def precompute(w, opts):
+    """wc = w followed by s_min (opts[0], default S_MIN)."""
+    wc = np.empty(N_W + 1)
+    for j in range(N_W):
+        wc[j] = w[j]
+    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
+    return wc
+
+
+@njit(cache=True)
+def precompute_vjp(w, opts, wc, gwc, gw):
+    """s_min has no adjoint: the weights' part of gwc is copied."""
+    for j in range(N_W):
+        gw[j] += gwc[j]
+
+
 
 @njit(cache=True)
 def init(w, g, t, out):
-    out[0] = min(max(w[0] * (w[1] * (g - 1) + 1.0), S_MIN), S_MAX)
+    out[0] = min(max(w[0] * (w[1] * (g - 1) + 1.0), w[C_SMIN]), S_MAX)
     out[1] = min(max(w[2] * (w[3] * (g - 4) + 1.0), 1.0), 10.0)
 
 
@@ -46,7 +70,7 @@ def init(w, g, t, out):
 def init_vjp(w, g, t, state, gstate, gw):
     f = w[1] * (g - 1) + 1.0
     s0 = w[0] * f
-    if S_MIN <= s0 <= S_MAX:
+    if w[C_SMIN] <= s0 <= S_MAX:
         gw[0] += gstate[0] * f
         gw[1] += gstate[0] * w[0] * (g - 1)
     h = w[3] * (g - 4) + 1.0
@@ -90,7 +114,7 @@ def step(w, prev, t, g, out):
         out[X_C] = spw
         out[X_D] = e13
         ns = w[10] * dpw * spw * (e13 - 1.0)
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
     out[1] = nd
 
 
@@ -109,7 +133,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         e9 = new[X_D]
         a = c * (e9 - 1.0)
         ns = s * (1.0 + a)
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             gs_prev += gs * (1.0 + (1.0 + w[8]) * a - s * c * e9 * w[9] * exp_curve_ds(r, s, t))
             gnd += gs * s * w[7] * a / nd
@@ -121,7 +145,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         c = new[X_B] * new[X_C]
         e13 = new[X_D]
         ns = w[10] * c * (e13 - 1.0)
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             gs_prev += gs * (w[12] * ns / s - w[10] * c * e13 * w[13] * exp_curve_ds(r, s, t))
             gnd += gs * w[11] * ns / nd

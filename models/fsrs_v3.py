@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
+from models.fsrs_init import SECS_S_MIN
 from models.jit import inlined
 from models.kernel_math import bce
 from models.seq_model import SeqModel
@@ -47,6 +49,28 @@ X_R = 2
 X_A = 3
 X_B = 4
 X_C = 5
+
+# The precomputed vector wc (precompute): wc[:13] = w, then s_min, the lower clamp of S (opts[0]: S_MIN in day
+# mode, upstream's --secs 1e-4), read by the steps as w[C_SMIN]
+N_W = 13
+C_SMIN = 13
+
+
+@njit(cache=True)
+def precompute(w, opts):
+    """wc = w followed by s_min (opts[0], default S_MIN)."""
+    wc = np.empty(N_W + 1)
+    for j in range(N_W):
+        wc[j] = w[j]
+    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
+    return wc
+
+
+@njit(cache=True)
+def precompute_vjp(w, opts, wc, gwc, gw):
+    """s_min has no adjoint: the weights' part of gwc is copied."""
+    for j in range(N_W):
+        gw[j] += gwc[j]
 
 
 # ---------------------------------------------------------------------------------------- shared helpers (numba)
@@ -67,14 +91,14 @@ def exp_curve_ds(r, s, t):
 
 @njit(cache=True)
 def init(w, g, t, out):
-    out[0] = min(max(w[0] + w[1] * (g - 1), S_MIN), S_MAX)
+    out[0] = min(max(w[0] + w[1] * (g - 1), w[C_SMIN]), S_MAX)
     out[1] = min(max(w[2] + w[3] * (g - 3), 1.0), 10.0)
 
 
 @njit(cache=True)
 def init_vjp(w, g, t, state, gstate, gw):
     s0 = w[0] + w[1] * (g - 1)
-    if S_MIN <= s0 <= S_MAX:
+    if w[C_SMIN] <= s0 <= S_MAX:
         gw[0] += gstate[0]
         gw[1] += gstate[0] * (g - 1)
     d0 = w[2] + w[3] * (g - 3)
@@ -114,7 +138,7 @@ def step(w, prev, t, g, out):
         out[X_B] = spw
         out[X_C] = e12
         ns = w[9] * dpw * spw * e12
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
     out[1] = nd
 
 
@@ -133,7 +157,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
         e8 = new[X_C]
         a = e6 * (11.0 - nd) * pw * (e8 - 1.0)
         ns = s * (1.0 + a)
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             dns_dr = -s * e6 * (11.0 - nd) * pw * e8 * w[8]
             gs_prev += gs * (1.0 + (1.0 + w[7]) * a + dns_dr * exp_curve_ds(r, s, t))
@@ -144,7 +168,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     else:
         base = new[X_A] * new[X_B] * new[X_C]
         ns = w[9] * base
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             gs_prev += gs * (w[11] * ns / s - w[12] * ns * exp_curve_ds(r, s, t))
             gnd += gs * w[10] * ns / nd
@@ -220,7 +244,16 @@ class FSRSLegacy(SeqModel):
     """FSRS v1–v3: defaults as the starting point, every training row, no prior, no frozen parameters; the trained
     weights are rounded to ROUND_DIGITS decimals as upstream's state_dict() does before they predict."""
 
-    ROUND_DIGITS = 4
+    ROUND_DIGITS = 4  # --secs too: upstream's FSRS1/FSRS3 state_dict() override rounds to 4 in either mode
+    accepts_secs = True  # config.ACCEPTS_SECS: upstream's --secs, S clamped at s_min = 1e-4 (w0's box is 0.1 up)
+
+    def __init__(self, cfg=None):
+        self.secs = bool(getattr(cfg, "secs_mode", False))
+        self.s_min = SECS_S_MIN if self.secs else S_MIN
+        super().__init__(cfg)
+
+    def engine_opts(self) -> tuple:
+        return (self.s_min,)
 
     def fit(self, train):
         super().fit(train)

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
-from models.fsrs_init import initialize_s0
+from models.fsrs_init import SECS_S_MIN, initialize_s0
 from models.jit import inlined
 from models.kernel_math import bce
 from models.seq_model import SeqModel
@@ -45,6 +46,11 @@ X_E8 = 6  # e^{w8} (recall)
 
 # The trainer's batches run with cards side by side (models/fsrs_v4_lanes.py, one kernel for v4, 4.5 and 5)
 LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v4"
+# The precomputed vector wc (precompute): wc[:17] = w, then s_min, the lower clamp of S (opts[0]: S_MIN in day mode,
+# upstream's --secs 1e-4), read by the steps as w[C_SMIN] (v4 and 4.5 alike)
+N_W = 17
+C_SMIN = 17
+N_WC = 18
 
 # v4 constants: R = (1 + F·t/S)^(−DECAY), lapse not capped at S
 F_V4 = 1.0 / 9.0
@@ -52,6 +58,23 @@ DECAY_V4 = 1.0
 
 
 # ---------------------------------------------------------------------------------------- shared core (numba)
+
+@njit(cache=True)
+def precompute(w, opts):
+    """wc = w followed by s_min (opts[0], default S_MIN): v4 and 4.5's run-time lower clamp of S."""
+    wc = np.empty(N_WC)
+    for j in range(N_W):
+        wc[j] = w[j]
+    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
+    return wc
+
+
+@njit(cache=True)
+def precompute_vjp(w, opts, wc, gwc, gw):
+    """s_min has no adjoint: the weights' part of gwc is copied."""
+    for j in range(N_W):
+        gw[j] += gwc[j]
+
 
 @inlined
 def hard_easy(w, g):
@@ -65,13 +88,13 @@ def hard_easy(w, g):
 
 @njit(cache=True)
 def core_init(w, g, out):
-    out[0] = min(max(w[g - 1], S_MIN), S_MAX)
+    out[0] = min(max(w[g - 1], w[C_SMIN]), S_MAX)
     out[1] = min(max(w[4] - w[5] * (g - 3), 1.0), 10.0)
 
 
 @njit(cache=True)
 def core_init_vjp(w, g, gstate, gw):
-    if S_MIN <= w[g - 1] <= S_MAX:
+    if w[C_SMIN] <= w[g - 1] <= S_MAX:
         gw[g - 1] += gstate[0]
     d0 = w[4] - w[5] * (g - 3)
     if 1.0 <= d0 <= 10.0:
@@ -166,7 +189,7 @@ def core_step(w, prev, t, g, out, factor, decay, cap_lapse):
         ns = lapse_stability(w, s, d, r, out)
         if cap_lapse and s < ns:
             ns = s
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
     out[1] = min(max(w[7] * w[4] + (1.0 - w[7]) * (d - w[6] * (g - 3)), 1.0), 10.0)
 
 
@@ -191,7 +214,7 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
     r = new[X_R]
     dr_ds = core_curve_ds(r, s, t, factor, decay)
     if g > 1:
-        recall_stability_vjp(w, s, d, r, g, gnew[0], dr_ds, gprev, gw, S_MIN, new[X_E8], new[X_P], new[X_E])
+        recall_stability_vjp(w, s, d, r, g, gnew[0], dr_ds, gprev, gw, w[C_SMIN], new[X_E8], new[X_P], new[X_E])
     else:
         sf = w[11] * new[X_P] * (new[X_SP] - 1.0) * new[X_E]
         ns = sf
@@ -201,7 +224,7 @@ def core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, factor, decay, cap_lapse)
                 ns, cf = s, 0.0
             elif s == sf:
                 cf = 0.5  # torch.minimum splits the gradient on a tie
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gs = gnew[0]
             gprev[0] += gs * (1.0 - cf)
             gf = gs * cf
@@ -305,15 +328,34 @@ def torch_curve(w, state, t):
 # ---------------------------------------------------------------------------------------- the model
 
 class FSRSv4Family(SeqModel):
-    """v4 and 4.5: S0 fitted with the version's curve and frozen; trained on rows with i > 2."""
+    """v4 and 4.5: S0 fitted with the version's curve and frozen; trained on rows with i > 2.
+
+    --secs (upstream's config.s_min with use_secs_intervals): s_min 1e-4 for S after every step, for the S0 fit's
+    bounds and for w0..w3's clip; the S0 fit without recall smoothing or L1 pull; FSRS-4.5 with its secs-mode
+    defaults (secs_default_w)."""
 
     factor: float = F_V4
     decay: float = DECAY_V4
     frozen = (0, 1, 2, 3)
+    secs_default_w: list[float] | None = None  # the defaults of a --secs run, when the version has its own
+    accepts_secs = True  # config.ACCEPTS_SECS
+
+    def __init__(self, cfg=None):
+        self.secs = bool(getattr(cfg, "secs_mode", False))
+        self.s_min = SECS_S_MIN if self.secs else S_MIN
+        if self.secs:  # instance values, read by SeqModel.__init__ (the engine's box, the starting weights)
+            self.lower = [self.s_min] * 4 + list(type(self).lower[4:])
+            if self.secs_default_w is not None:
+                self.default_w = list(self.secs_default_w)
+        super().__init__(cfg)
+
+    def engine_opts(self) -> tuple:
+        return (self.s_min,)
 
     def initial_weights(self, train):
         f, d = self.factor, self.decay
-        s0 = initialize_s0(train.rows, lambda t, s: (1 + f * t / s) ** (-d), self.default_w[:4], S_MIN)
+        s0 = initialize_s0(train.rows, lambda t, s: (1 + f * t / s) ** (-d), self.default_w[:4], self.s_min,
+                           secs=self.secs)
         return list(s0) + list(self.default_w[4:])
 
     def training_rows(self, train):

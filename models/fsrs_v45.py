@@ -6,7 +6,8 @@ from __future__ import annotations
 from numba import njit
 
 import models.fsrs_v4 as v4
-from models.fsrs_v4 import N_ADJ, N_STATE, init, init_vjp  # noqa: F401 (engine contract: v4's state, first review)
+from models.fsrs_v4 import (N_ADJ, N_STATE, init, init_vjp, precompute,  # noqa: F401 (engine contract: v4's state,
+                            precompute_vjp)  # first review and wc = w + s_min)
 
 LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v45"  # the trainer's batches: cards side by side
 FACTOR = 19.0 / 81.0
@@ -62,5 +63,8 @@ class FSRS45(v4.FSRSv4Family):
     decay = DECAY
     default_w = [0.4872, 1.4003, 3.7145, 13.8206, 5.1618, 1.2298, 0.8975, 0.031, 1.6474, 0.1367, 1.0461, 2.1072,
                  0.0793, 0.3246, 1.587, 0.2272, 2.8755]
+    # upstream's FSRS4dot5 with --secs starts from (and its S0 fit pulls towards) its own secs-mode defaults
+    secs_default_w = [0.0012, 0.0826, 0.8382, 26.2146, 4.8622, 1.0311, 0.8295, 0.0379, 2.0884, 0.4704, 1.2009,
+                      1.7196, 0.1874, 0.1593, 1.5636, 0.2358, 3.3175]
     lower = [v4.S_MIN] * 4 + [0, 0.01, 0.01, 0, 0, 0, 0.01, 0.2, 0.01, 0.01, 0.01, 0, 1]
     upper = [100] * 4 + [10, 5, 5, 0.8, 6, 0.8, 5, 6, 0.4, 0.9, 4, 1, 10]

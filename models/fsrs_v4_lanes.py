@@ -55,7 +55,7 @@ from numba import njit
 
 import models.fsrs_v5 as v5
 import models.fsrs_v45 as v45
-from models.fsrs_v4 import DECAY_V4, F_V4, S_MAX, S_MIN
+from models.fsrs_v4 import C_SMIN, DECAY_V4, F_V4, S_MAX
 from models.jit import inlined
 from models.kernel_math import stable_argsort_small
 from models.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
@@ -114,6 +114,7 @@ def group_forward(w, X, n_pos, nl, ver, f, e8):
     """States of the group's positions 0..n_pos−1 and what their reverse pass and loss read."""
     w0, w1, w2, w3, w4, w5, w6, w7 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
     w9, w10, w11, w12, w13, w14, w15, w16 = w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16]
+    s_min = w[v5.C_SMIN] if ver == V5 else w[C_SMIN]  # the run's lower clamp of S (precompute's opts[0])
     d04 = w[v5.C_D04] if ver == V5 else 0.0
     em = w[v5.C_EM] if ver == V5 else 1.0
     c1 = w[v5.C_SINC + 1] if ver == V5 else 0.0
@@ -122,7 +123,7 @@ def group_forward(w, X, n_pos, nl, ver, f, e8):
     c4 = w[v5.C_SINC + 4] if ver == V5 else 0.0
     for lane in range(nl):
         g = X[0, I_G, lane]
-        X[0, F_S, lane] = min(max(grade_pick(g, w0, w1, w2, w3), S_MIN), S_MAX)
+        X[0, F_S, lane] = min(max(grade_pick(g, w0, w1, w2, w3), s_min), S_MAX)
         if ver == V5:
             e = exp1(w5 * (g - 1.0))
             X[0, F_D, lane] = min(max(w4 - e + 1.0, 1.0), 10.0)
@@ -148,7 +149,7 @@ def group_forward(w, X, n_pos, nl, ver, f, e8):
                 nd = w7 * d04 + (1.0 - w7) * (dd - w6 * (g - 3.0) * (10.0 - dd) / 9.0)
             else:
                 nd = w7 * w4 + (1.0 - w7) * (dd - w6 * (g - 3.0))
-            X[k, F_S, lane] = min(max(ns, S_MIN), S_MAX)
+            X[k, F_S, lane] = min(max(ns, s_min), S_MAX)
             X[k, F_D, lane] = min(max(nd, 1.0), 10.0)
             X[k, F_X, lane] = x
             X[k, F_R, lane] = r
@@ -170,7 +171,7 @@ def group_forward(w, X, n_pos, nl, ver, f, e8):
                 elif ver == V45:
                     sf = s if s < sf else sf
                 lapse = X[k, I_G, lane] < 1.5 and (ver != V5 or X[k, I_DT, lane] >= 1.0)
-                X[k, F_S, lane] = min(max(sf, S_MIN), S_MAX) if lapse else X[k, F_S, lane]
+                X[k, F_S, lane] = min(max(sf, s_min), S_MAX) if lapse else X[k, F_S, lane]
                 X[k, F_LSP, lane] = lsp
                 X[k, F_SP, lane] = sp
 
@@ -192,6 +193,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
     """The reverse pass over positions n_pos−1 .. 0, adding the gradient of w0..w18 to the lanes' sums A."""
     w0, w1, w2, w3, w4, w6, w7, w9 = w[0], w[1], w[2], w[3], w[4], w[6], w[7], w[9]
     w10, w11, w12, w13, w14, w15, w16 = w[10], w[11], w[12], w[13], w[14], w[15], w[16]
+    s_min = w[v5.C_SMIN] if ver == V5 else w[C_SMIN]
     w17 = w[17] if ver == V5 else 0.0
     w18 = w[18] if ver == V5 else 0.0
     e3 = w[v5.C_E3] if ver == V5 else 0.0
@@ -248,7 +250,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
             core = e8 * (11.0 - dd) * pw * (e - 1.0)
             inc = core * hb
             ns_r = s * (1.0 + inc)
-            g2 = gs if (not same and recall and ns_r >= S_MIN and ns_r <= S_MAX) else 0.0
+            g2 = gs if (not same and recall and ns_r >= s_min and ns_r <= S_MAX) else 0.0
             dns_dr = -s * e8 * (11.0 - dd) * pw * hb * w10 * e
             # lapse: S_f, capped by the version (cf: the share of the gradient that reaches S_f)
             sf = w11 * pw * (sp - 1.0) * e
@@ -264,7 +266,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
                 sm = s
                 ns_l = sf
                 cf = 1.0
-            gl = gs if (not same and not recall and ns_l >= S_MIN and ns_l <= S_MAX) else 0.0
+            gl = gs if (not same and not recall and ns_l >= s_min and ns_l <= S_MAX) else 0.0
             gf = gl * cf
             gm = gl * (1.0 - cf)
             gs_old = (g2 * (1.0 + (1.0 - w9) * inc + dns_dr * dr_ds)
@@ -282,7 +284,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
             if ver == V5:  # the cap S/e^{w17 w18} and the same-day step S·e^{w17(G−3+w18)}
                 sinc = grade_pick(g, c1, c2, c3, c4)
                 a = s * sinc
-                g0 = gs if (same and a >= S_MIN and a <= S_MAX) else 0.0
+                g0 = gs if (same and a >= s_min and a <= S_MAX) else 0.0
                 gs_old += gm / em + g0 * sinc
                 A[17, lane] += g0 * a * (g - 3.0 + w18) - gm * sm * w18
                 A[18, lane] += g0 * a * w17 - gm * sm * w17
@@ -295,7 +297,7 @@ def group_reverse(w, X, A, n_pos, nl, ver, decay, e8):
         gd = A[J_GD, lane]
         g = X[0, I_G, lane]
         s0 = grade_pick(g, w0, w1, w2, w3)
-        gs0 = gs if (s0 >= S_MIN and s0 <= S_MAX) else 0.0
+        gs0 = gs if (s0 >= s_min and s0 <= S_MAX) else 0.0
         A[0, lane] += gs0 if g < 1.5 else 0.0
         A[1, lane] += gs0 if (g > 1.5 and g < 2.5) else 0.0
         A[2, lane] += gs0 if (g > 2.5 and g < 3.5) else 0.0

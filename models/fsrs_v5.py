@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.fsrs_init import initialize_s0
+from models.fsrs_init import SECS_S_MIN, initialize_s0
 from models.fsrs_v4 import (X_E, X_P, X_R, X_SP, core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp,
                              hard_easy, lapse_stability, lapse_stability_vjp, recall_stability_vjp,
                              torch_power_curve)
@@ -70,12 +70,13 @@ C_D04 = 20  # D0(4) = w4 − e^{3 w5} + 1, unclamped (mean-reversion target)
 C_E8 = 21  # e^{w8}
 C_EM = 22  # e^{w17 w18}: post-lapse S is at most S / C_EM
 C_SINC = 22  # C_SINC + g: e^{w17(g − 3 + w18)}, g = 1..4 (same-day growth)
-N_WC = 27
+C_SMIN = 27  # s_min, the lower clamp of S (opts[0]: S_MIN in day mode, upstream's --secs 1e-4)
+N_WC = 28
 
 
 @njit(cache=True)
 def precompute(w, opts):
-    """wc = w followed by the weight-only constants (layout above)."""
+    """wc = w followed by the weight-only constants (layout above) and s_min (opts[0], default S_MIN)."""
     wc = np.empty(N_WC)
     for j in range(N_W):
         wc[j] = w[j]
@@ -85,6 +86,7 @@ def precompute(w, opts):
     wc[C_EM] = math.exp(w[17] * w[18])
     for g in range(1, 5):
         wc[C_SINC + g] = math.exp(w[17] * (g - 3 + w[18]))
+    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
     return wc
 
 
@@ -97,13 +99,13 @@ def precompute_vjp(w, opts, wc, gwc, gw):
 
 @inlined
 def init(w, g, t, out):
-    out[0] = min(max(w[g - 1], S_MIN), S_MAX)
+    out[0] = min(max(w[g - 1], w[C_SMIN]), S_MAX)
     out[1] = min(max(w[4] - math.exp(w[5] * (g - 1)) + 1.0, 1.0), 10.0)
 
 
 @inlined
 def init_vjp(w, g, t, state, gstate, gw):
-    if S_MIN <= w[g - 1] <= S_MAX:
+    if w[C_SMIN] <= w[g - 1] <= S_MAX:
         gw[g - 1] += gstate[0]
     e = math.exp(w[5] * (g - 1))
     d0 = w[4] - e + 1.0
@@ -132,7 +134,7 @@ def step(w, prev, t, g, out):
             sm = s / w[C_EM]
             ns = sf if sf < sm else sm
     nd = w[7] * w[C_D04] + (1.0 - w[7]) * (d - w[6] * (g - 3) * (10.0 - d) / 9.0)
-    out[0] = min(max(ns, S_MIN), S_MAX)
+    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
     out[1] = min(max(nd, 1.0), 10.0)
 
 
@@ -159,7 +161,7 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     if t < 1.0:
         sinc = w[C_SINC + g]
         ns = s * sinc
-        if S_MIN <= ns <= S_MAX:
+        if w[C_SMIN] <= ns <= S_MAX:
             gprev[0] += gs * sinc
             gw[17] += gs * ns * (g - 3 + w[18])
             gw[18] += gs * ns * w[17]
@@ -167,13 +169,13 @@ def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
     r = new[X_R]
     dr_ds = core_curve_ds(r, s, t, FACTOR, DECAY)
     if g > 1:
-        recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, S_MIN, w[C_E8], new[X_P], new[X_E])
+        recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, w[C_SMIN], w[C_E8], new[X_P], new[X_E])
         return
     sf = w[11] * new[X_P] * (new[X_SP] - 1.0) * new[X_E]
     em = w[C_EM]
     sm = s / em
     ns = sf if sf < sm else sm
-    if not (S_MIN <= ns <= S_MAX):
+    if not (w[C_SMIN] <= ns <= S_MAX):
         return
     cf = 1.0 if sf < sm else (0.5 if sf == sm else 0.0)  # torch.minimum splits the gradient on a tie
     if cf > 0.0:
@@ -253,7 +255,13 @@ class FSRS5(SeqModel):
     upper = UPPER
     sigma = SIGMA
 
+    accepts_secs = True  # config.ACCEPTS_SECS: upstream's --secs, s_min 1e-4 (S, the S0 fit, w0..w3's clip)
+
     def __init__(self, cfg=None):
+        self.secs = bool(getattr(cfg, "secs_mode", False))
+        self.s_min = SECS_S_MIN if self.secs else S_MIN
+        if self.secs:  # an instance box, read by SeqModel.__init__
+            self.lower = [self.s_min] * 4 + LOWER[4:]
         super().__init__(cfg)
         cfg = self.cfg
         self.disable_short_term = bool(getattr(cfg, "disable_short_term", False))
@@ -266,9 +274,13 @@ class FSRS5(SeqModel):
         if self.disable_short_term:
             self.frozen = (0, 1, 2, 3, 17, 18)
 
+    def engine_opts(self) -> tuple:
+        return (self.s_min,)
+
     def s0_weights(self, train) -> list[float]:
-        """Defaults with w0..w3 from the S0 fit (§1.1, FSRS-5's curve, s_min 0.01)."""
-        s0 = initialize_s0(train.rows, forgetting_curve, DEFAULT_W[:4], S_MIN)
+        """Defaults with w0..w3 from the S0 fit (§1.1, FSRS-5's curve, s_min 0.01; --secs: 1e-4, no smoothing, no
+        L1 pull)."""
+        s0 = initialize_s0(train.rows, forgetting_curve, DEFAULT_W[:4], self.s_min, secs=self.secs)
         return list(s0) + list(DEFAULT_W[4:])
 
     def initial_weights(self, train):

@@ -78,7 +78,7 @@ class SeqModel(Model):
 
             self.engine = AutogradEngine(importlib.import_module(self.kernels), self.lower, self.upper)
         else:
-            self.engine = SeqEngine(self.kernels, self.lower, self.upper)
+            self.engine = SeqEngine(self.kernels, self.lower, self.upper, opts=self.engine_opts())
 
     @property
     def torch_dtype(self):
@@ -89,6 +89,11 @@ class SeqModel(Model):
         return torch.float32
 
     # hooks ---------------------------------------------------------------------------------------------------
+    def engine_opts(self) -> tuple:
+        """The kernels' run-time options (models/seq_model_stub.py: precompute's opts; e.g. the FSRS versions' s_min,
+        upstream's --secs value). None by default."""
+        return ()
+
     def initial_weights(self, train: ReviewData) -> list[float]:
         """Starting point (and prior centre) of training."""
         return list(self.default_w)

@@ -377,11 +377,11 @@ def test_fast_trainer_is_called_with_post_s0_weights_and_sigma(monkeypatch):
     from models.fsrs6 import SIGMA
 
     calls = []
-    fake = lambda w_init, sigma, train, cfg: calls.append((list(w_init), list(sigma), len(train))) or np.full(21, 0.5)  # noqa: E731
+    fake = lambda w_init, sigma, train, cfg, s_min: calls.append((list(w_init), list(sigma), len(train), s_min)) or np.full(21, 0.5)  # noqa: E731,E501
     monkeypatch.setattr(fsrs6, "fit", fake)
     cards, times = simulate(50, seed=2, max_reviews=4)
     data = make_data(cards, times)
     m = FSRS6(RunConfig(trainer="fast")).fit(data)
     assert m.parameters() == [0.5] * 21
-    (w_init, sigma, n), = calls
-    assert w_init == m.w_init and w_init[4:] == W[4:] and sigma == SIGMA and n == len(data)
+    (w_init, sigma, n, s_min), = calls
+    assert w_init == m.w_init and w_init[4:] == W[4:] and sigma == SIGMA and n == len(data) and s_min == 0.001

@@ -55,14 +55,22 @@ def random_w(name, rng) -> np.ndarray:
 
 
 def lane_loss_grad(name, w, data, weights=None, want_loss=True, want_grad=True):
-    """(loss, gradient) of the lane kernel over all of data's cards in one batch (these plug-ins: wc is w)."""
+    """(loss, gradient) of the lane kernel over all of data's cards in one batch (wc: the plug-in's precompute, the
+    weights then s_min)."""
     cards = Cards(data, weights)
-    gw = np.zeros(len(w))
+    wc = _wc(name, w)
+    gw = np.zeros(len(wc))
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    loss = ENTRY[name](np.asarray(w, dtype=np.float64), cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos,
+    loss = ENTRY[name](wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos,
                        cards.t_dt, cards.t_y, cards.t_wt, items, np.arange(len(items)), cards.max_n, gw, want_loss,
                        want_grad)
-    return loss, gw
+    assert gw[len(w):].sum() == 0.0  # s_min has no adjoint
+    return loss, gw[:len(w)]
+
+
+def _wc(name, w):
+    """The precomputed vector of the plug-in: w followed by s_min (default: day mode's 0.01)."""
+    return instantiate(MODELS[name].kernels).precompute(np.asarray(w, dtype=np.float64), np.zeros(0))
 
 
 def scalar_loss_grad(name, w, data, weights=None):
@@ -239,9 +247,10 @@ def test_clamps_are_reached():
             w = clamped_w(name, case)
             for c in range(len(cards.c_start)):
                 st = np.zeros(k.N_STATE)
-                k.init(w, int(cards.seq_g[cards.c_start[c]]), 0.0, st)
+                wc = _wc(name, w)
+                k.init(wc, int(cards.seq_g[cards.c_start[c]]), 0.0, st)
                 for i in range(1, cards.c_n[c]):
-                    k.step(w, st.copy(), cards.seq_dt[cards.c_start[c] + i], int(cards.seq_g[cards.c_start[c] + i]),
+                    k.step(wc, st.copy(), cards.seq_dt[cards.c_start[c] + i], int(cards.seq_g[cards.c_start[c] + i]),
                            st)
                     seen |= {what for what, hit in (("s_min", st[0] == 0.01), ("s_max", st[0] == 36500.0),
                                                     ("d1", st[1] == 1.0), ("d10", st[1] == 10.0),
@@ -319,7 +328,7 @@ def test_lane_loops_vectorise_without_libm_calls(name):
     fresh = njit(error_model="numpy", fastmath={"contract"})(ENTRY[name].py_func)
     cards = Cards(random_data(1, n_cards=9))
     w = np.array(MODELS[name].default_w, dtype=np.float64)
-    llvm_ir, asm = lane_code(fresh, w, cards, card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te))
+    llvm_ir, asm = lane_code(fresh, _wc(name, w), cards, card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te))
     assert len(re.findall(r"vdivpd", asm)) >= 2
     calls = re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)
     assert len(calls) <= (1 if name == "FSRSv3" else 0)
