@@ -210,3 +210,23 @@ def test_a_causal_run_of_the_online_and_untrained_baselines(tmp_path):
     ll = -np.mean(yt * np.log(p) + (1 - yt) * np.log(1 - p))
     got = json.loads((tmp_path / "AVG-causal.jsonl").read_text().splitlines()[0])["metrics"]["LogLoss"]
     assert got == pytest.approx(ll, abs=1e-6)
+
+
+def test_run_table_passes_causal_through(tmp_path, capsys):
+    import json
+
+    import run_table
+
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- tables:start -->\nold\n<!-- tables:end -->\n", encoding="utf-8")
+    code = run_table.main(["--data", str(EMBEDDED_DATA), "--users", "2,4", "--result-dir", str(tmp_path / "result"),
+                           "--readme", str(readme), "--processes", "1", "--quiet", "--causal",
+                           "--rows", "AVG,RMSE-BINS-EXPLOIT"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "row RMSE-BINS-EXPLOIT: skipped (RMSE-BINS-EXPLOIT refuses --causal)" in err
+    assert "AVG-causal: python other.py --model AVG --causal" in err
+    # user 4: skipped by the whole-history rule (no first rating with 20 first long-term reviews), evaluated here
+    assert [json.loads(l)["user"] for l in (tmp_path / "result" / "AVG-causal.jsonl").read_text().splitlines()] == [2, 4]
+    assert not (tmp_path / "result" / "AVG.jsonl").exists()
+    assert "old" in readme.read_text(encoding="utf-8")  # the README's tables are upstream's protocol: untouched
