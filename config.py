@@ -66,6 +66,9 @@ class RunConfig:
     no_test_same_day: bool = False
     no_train_same_day: bool = False
     train_equals_test: bool = False
+    # srs-bench's leak-free protocol (not upstream's): each fold's outlier rule and continuity cut from its past
+    # alone (split.causal_folds, docs/causal.md); suffix -causal, last
+    causal: bool = False
     n_splits: int = 5
     batch_size: int = 512
     max_seq_len: int = 64
@@ -179,6 +182,8 @@ class RunConfig:
             parts.append(self.partitions)
         if self.disable_short_term:
             parts.append("disable_short_term")
+        if self.causal:  # srs-bench's own flag: after everything upstream spells
+            parts.append("causal")
         return "-".join(parts)
 
 
@@ -271,6 +276,11 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                    help="upstream's --train_equals_test (an overfitting probe): one fold that trains on all the "
                         "user's reviews and tests on every review from the first TimeSeriesSplit test block on "
                         "(replaces the equalized folds too; suffix -train_equals_test)")
+    p.add_argument("--causal", action="store_true",
+                   help="srs-bench's leak-free protocol (not upstream's): the folds come from the reviews before the "
+                        "outlier filter, and each fold's outlier rule and continuity cut are computed from the "
+                        "reviews before its test block alone, then applied to its training and test reviews "
+                        "(docs/causal.md; suffix -causal)")
     p.add_argument("--n_splits", type=int, default=5,
                    help="TimeSeriesSplit folds: fold k trains on the first k+1 of n_splits+1 equal blocks (the "
                         "remainder in the first) and tests on the next")

@@ -23,7 +23,7 @@ from config import RunConfig
 from data_loader import DataError, load_partitions, load_revlogs
 from features import FEATURE_COLUMNS, FeatureConfig, NotEnoughData, build_features, history_strings
 from models.base import InadequateData, ReviewData, column
-from split import equalized_folds, protocol_folds, time_series_folds
+from split import causal_folds, equalized_folds, protocol_folds, time_series_folds
 
 
 def log(msg: str) -> None:
@@ -79,13 +79,16 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
         n_bad = int(((rating < 1) | (rating > 4)).sum())
         warning = f"dropped {n_bad} review(s) with a rating outside 1-4" if n_bad else None
         fcfg = FeatureConfig.from_run(cfg)
-        data = build_features(revlogs, fcfg, part)
+        causal = {} if cfg.causal else None  # --causal: the outlier rule's inputs (split.causal_folds)
+        data = build_features(revlogs, fcfg, part, causal_inputs=causal)
         # Optional model hook: the targets upstream's code path for this model evaluates, chosen before the split
         # (e.g. SM2/Ebisu-v2 drop cards missing from the cards/decks tables; see models/sm2.py).
         restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
         if restrict is not None:
             data = restrict(data, root, user_id)
-        if fcfg.equalize:  # the day-mode pipeline's test reviews (split.equalized_folds)
+        if cfg.causal:
+            folds = _causal_folds(cfg, fcfg, revlogs, part, data, causal)
+        elif fcfg.equalize:  # the day-mode pipeline's test reviews (split.equalized_folds)
             day = build_features(revlogs, replace(fcfg, secs=False, equalize=False), part)
             folds = equalized_folds(data.rows["review_th"].to_numpy(), day.rows["review_th"].to_numpy(),
                                     cfg.n_splits)
@@ -102,6 +105,27 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
     except Exception as exc:  # anything unexpected in a user's data
         return UserOutcome(user_id, error=f"{type(exc).__name__}: {exc}")
     return PreparedUser(user_id, data, folds, warning, start)
+
+
+def _causal_folds(cfg: RunConfig, fcfg: FeatureConfig, revlogs, part, data: ReviewData, causal: dict):
+    """--causal's folds (split.causal_folds). Day mode: `data` holds the candidate targets, the rule their
+    OutlierInputs. Equalize mode (the general secs pipeline, or a model with the equalized test rows built in: the
+    LSTM): the boundaries and the rule come from the day-mode candidates, training takes every row before the
+    block (the secs pipeline has no outlier filter). Plain --secs: no outlier filter, so the ordinary folds."""
+    equalized = fcfg.equalize or "equalize_test_with_non_secs" in cfg.builtin_flags
+    if fcfg.secs and not fcfg.equalize:
+        return time_series_folds(len(data), cfg.n_splits)
+    review_th = data.rows["review_th"].to_numpy()
+    if fcfg.secs:  # equalize: the day-mode candidates give the boundaries and the rule
+        day = build_features(revlogs, replace(fcfg, secs=False, equalize=False), part, causal_inputs=causal)
+        bounds = day.rows["review_th"].to_numpy()
+    else:
+        bounds = None
+    folds = causal_folds(causal["rule"], review_th, cfg.n_splits, boundary_review_th=bounds,
+                         filter_train=not equalized)
+    if not folds:
+        raise NotEnoughData("no evaluation reviews left after the causal outlier rule")
+    return folds
 
 
 def partitions(data: ReviewData) -> list[tuple[int, np.ndarray | None]]:

@@ -21,6 +21,7 @@ failure names the user and the reason); 2 for unusable data, an unreachable sche
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -61,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for plots/Superiority-<n>.png, Wilcoxon-/T-test-<n>-collections.png")
     p.add_argument("--no-tables", dest="tables", action="store_false", default=argparse.SUPPRESS,
                    help="only run the rows: do not touch the README or the plots")
+    p.add_argument("--causal", action="store_true",
+                   help="every row with --causal, srs-bench's leak-free protocol (each fold's outlier rule from its "
+                        "past alone; docs/causal.md): result files <row>-causal.jsonl; rows whose model refuses it "
+                        "are skipped; the README tables are not regenerated (compare with evaluate.py --models)")
     p.add_argument("--n-resamples", type=int, default=9999, help="bootstrap resamples for the tables' intervals")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -132,9 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     from data_loader import DataError
 
     base = base_config(args)
-    runnable = [r for r in selected if table_rows.skip_reason(r) is None]
+    def skip_reason(row):
+        if args.causal and row.algo in runner.CAUSAL_REFUSED:
+            return f"{row.algo} refuses --causal"
+        return table_rows.skip_reason(row)
+
+    runnable = [r for r in selected if skip_reason(r) is None]
     for row in selected:
-        if (reason := table_rows.skip_reason(row)) is not None:
+        if (reason := skip_reason(row)) is not None:
             print(f"row {row.name}: skipped ({reason})", file=sys.stderr)
 
     report: list[tuple[str, str]] = []
@@ -145,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         with cluster as client:
             for k, row in enumerate(runnable, 1):
                 cfg = table_rows.config_for(row, base)
-                print(f"\n[{k}/{len(runnable)}] {row.name}: {row.command()}", file=sys.stderr)
+                command = row.command()
+                if args.causal:  # srs-bench's flag, outside rows.py's upstream names: suffix -causal
+                    cfg = dataclasses.replace(cfg, causal=True)
+                    command += " --causal"
+                print(f"\n[{k}/{len(runnable)}] {cfg.name}: {command}", file=sys.stderr)
                 t0 = time.perf_counter()
                 try:
                     summary = runner.run(cfg, client=client)
@@ -153,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise
                 except Exception as exc:  # the row cannot start (e.g. its model's package is missing)
                     failed_rows += 1
-                    report.append((row.name, f"error: {type(exc).__name__}: {exc}"))
-                    print(f"row {row.name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    report.append((cfg.name, f"error: {type(exc).__name__}: {exc}"))
+                    print(f"row {cfg.name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
                     continue
                 line = f"{summary.done} done, {summary.already} already"
                 if summary.skipped:
@@ -162,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 if summary.failed:
                     failed_rows += 1
                     line += f", {len(summary.failed)} FAILED (users {', '.join(map(str, sorted(summary.failed)))})"
-                report.append((row.name, f"{line}; {time.perf_counter() - t0:.1f} s"))
+                report.append((cfg.name, f"{line}; {time.perf_counter() - t0:.1f} s"))
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -171,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
     for name, line in report:
         print(f"  {name}: {line}", file=sys.stderr)
-    if args.tables:
+    if args.tables and args.causal:
+        print("--causal: README tables not regenerated (they are upstream's protocol); compare with python "
+              f"evaluate.py --results {args.result_dir} --models <row>-causal,...", file=sys.stderr)
+    elif args.tables:
         code = regenerate_tables(args)
         if code != 0:
             return code

@@ -59,6 +59,11 @@ def per_user_reason(cfg: RunConfig) -> str | None:
 # baseline, rmse_bins_exploit, moving_avg, fsrs_one_step): --no_test_same_day/--no_train_same_day/--train_equals_test
 # are refused for them (split.protocol_folds follows the fold loop's handling only).
 SPLIT_FLAGS_REFUSED = ("SM2", "Ebisu-v2", "AVG", "RMSE-BINS-EXPLOIT", "MOVING-AVG", "FSRS-6-one-step")
+# --causal (split.causal_folds) runs every model through the fold loop with folds that need not be whole blocks; the
+# ones upstream runs outside the loop work there as they do here (no training, a mean, an online pass or one SGD
+# pass over the fold's training rows), except RMSE-BINS-EXPLOIT, whose pass recovers the first test row from
+# TimeSeriesSplit's block sizes (models/baselines.py)
+CAUSAL_REFUSED = ("RMSE-BINS-EXPLOIT",)
 VERSION_KEY = "model_sha1"  # a model file's result lines: the sha1 of the file that produced them (its first 12)
 
 
@@ -103,6 +108,11 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
         # upstream runs these models through their own functions (model_processors.py), not other.py's fold
         # loop that applies the flags; what those do with the flags is not reproduced here
         raise DataError(f"{cfg.algo}: --{', --'.join(split_flags)} not implemented for this model")
+    if cfg.causal and cfg.algo in CAUSAL_REFUSED:
+        raise DataError(f"{cfg.algo}: --causal not implemented for this model (its online pass starts at the "
+                        "first test review, which it infers from the whole-history fold sizes)")
+    if cfg.causal and cfg.train_equals_test:
+        raise DataError("--causal with --train_equals_test: that probe trains on its own test reviews")
     if cfg.batch_users is not None and cfg.batch_users < 1:
         raise DataError("--batch-users must be at least 1")
     slots = device_slots(cfg)

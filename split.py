@@ -68,3 +68,45 @@ def protocol_folds(folds: list[tuple[np.ndarray, np.ndarray]], review_th: np.nda
         folds = [(tr[later_day[tr]] if no_train_same_day else tr, te[later_day[te]] if no_test_same_day else te)
                  for tr, te in folds]
     return folds
+
+
+def causal_folds(rule, review_th: np.ndarray, n_splits: int = 5, *, boundary_review_th: np.ndarray | None = None,
+                 filter_train: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+    """--causal: folds whose filters are computed from each fold's past alone (srs-bench's protocol, not upstream's;
+    docs/causal.md).
+
+    `rule` (features.OutlierInputs) covers the day-mode candidate targets: every target before the outlier filter
+    and the continuity cut, whose set depends only on the review log's shape, never on outcomes. `review_th`: the
+    rows the folds index (the user's ReviewData rows, time order). The fold boundaries are TimeSeriesSplit's over
+    the candidates, in time order: over `review_th` itself, or in equalize mode over `boundary_review_th` (the
+    day-mode candidates; the rows are then the secs rows). For fold k with test block starting at review_th t:
+
+    - the rule is fixed from the past: rule.dropped_before(t) (which (first rating, delta_t) cells are dropped,
+      from the first long-term reviews before t, and the continuity cut that follows);
+    - test rows: the rows whose review_th is in the block and which that rule keeps (a test row whose card's cell
+      was dropped by the past's rule is dropped; a cell the past has never seen is kept, see OutlierInputs);
+    - training rows: every row with review_th < t, those the same rule drops removed (filter_train); in equalize
+      mode (filter_train False) every row before t, as the secs pipeline, which has no outlier filter, trains.
+
+    Folds whose test rows are all dropped are left out (nothing to predict). Rows of `review_th` absent from the
+    rule (a model's restricted rows are a subset of the candidates; secs rows are a superset) are never dropped
+    from training; test rows must be candidates (the equalized test rows are day-mode reviews)."""
+    review_th = np.asarray(review_th)
+    bounds = review_th if boundary_review_th is None else np.asarray(boundary_review_th)
+    cand = np.asarray(rule.review_th)
+    pos = np.searchsorted(cand, review_th)
+    known = (pos < len(cand)) & (cand[np.minimum(pos, len(cand) - 1)] == review_th)
+    folds = []
+    for _, block in time_series_folds(len(bounds), n_splits):
+        start, end = int(bounds[block[0]]), int(bounds[block[-1]])
+        dropped = rule.dropped_before(start)
+        drop_row = known & dropped[np.minimum(pos, len(cand) - 1)]
+        before = review_th < start
+        train = np.flatnonzero(before & ~drop_row) if filter_train else np.flatnonzero(before)
+        in_block = (review_th >= start) & (review_th <= end)
+        if boundary_review_th is not None:  # only the day-mode block's reviews are tested
+            in_block &= np.isin(review_th, bounds[block])
+        test = np.flatnonzero(in_block & ~drop_row)
+        if len(test):
+            folds.append((train, test))
+    return folds
