@@ -152,7 +152,7 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
 COUNT_FROM_RESULT = {"FSRS-rs"}
 
 # srs-bench suffixes that change neither the parameter count nor the inputs; "X-recency-deck" counts as "X".
-NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer", "-autograd-trainer")
+NEUTRAL_SUFFIXES = ("-recency", "-preset", "-deck", "-upstream-trainer", "-autograd-trainer", "-causal")
 
 # How upstream's README tables name the rows (the tables are hand-edited from the result-file names).
 DISPLAY_NAMES: dict[str, str] = {
@@ -188,6 +188,7 @@ SUFFIX_WORDS: dict[str, str] = {
     "-preset": "preset",
     "-deck": "deck",
     "-upstream-trainer": "upstream trainer",
+    "-causal": "causal",
 }
 
 
