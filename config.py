@@ -31,8 +31,11 @@ BUILTIN_FLAGS = {
     "LSTM": ("secs", "duration", "equalize_test_with_non_secs"),
     "LogisticRegression": ("short", "secs", "recency", "equalize_test_with_non_secs"),
 }
-# Models on upstream's general --secs feature pipeline (features.py step 5): the model class's `accepts_secs`
-ACCEPTS_SECS = {"FSRS-7", "LogisticRegression"}
+# Models on upstream's general --secs feature pipeline (features.py step 5): the model class's `accepts_secs`.
+# The second group: upstream's "With same-day reviews" table rows, `other.py --model X --short --secs` (issue #38)
+ACCEPTS_SECS = {"FSRS-7", "LogisticRegression",
+                "DASH", "DASH[MCM]", "DASH[ACT-R]", "ACT-R", "HLR", "AVG", "Ebisu-v2", "RMSE-BINS-EXPLOIT",
+                "MOVING-AVG", "GRU", "GRU-P"}
 
 
 @dataclass

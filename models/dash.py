@@ -51,6 +51,7 @@ import types
 import numpy as np
 from numba import njit
 
+from config import ACCEPTS_SECS
 from models.base import InadequateData, ReviewData
 from models.history_constants import ACTR_MIN_DELTA, MCM_TAU, WINDOWS
 from models.jit import inlined
@@ -59,6 +60,9 @@ from models.seq_engine import NUMPY126
 from models.seq_model import SeqModel
 
 N_STATE = 8
+# upstream compares its float32 Δ, clamped at 0.1, with 0.1 (a float32 0.1 in a float32 tensor): Δ ≤ float32(0.1)
+# is dropped (whole-day Δ never falls between 0.1 and float32(0.1) = 0.10000000149)
+ACTR_MIN_DELTA_F32 = float(np.float32(ACTR_MIN_DELTA))
 
 
 # ------------------------------------------------------------------------------------------ DASH / DASH[MCM]
@@ -159,18 +163,63 @@ def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     lnd = np.empty(size)
     succ = np.empty(size, dtype=np.bool_)
     q = 0
+    cs = np.empty(max(1, t_pos.max() if n_t else 1), dtype=np.float32)
     for c in range(len(c_start)):
         start = c_start[c]
         for j in range(c_tb[c], c_te[c]):
-            delta = t_dt[j]
-            for i in range(t_pos[j] - 1, -1, -1):
-                if delta > ACTR_MIN_DELTA:
-                    lnd[q] = math.log(delta)
-                    succ[q] = seq_g[start + i] > 1
-                    q += 1
-                delta += seq_dt[start + i]
+            pos = t_pos[j]
+            if is_whole_days(seq_dt, start, pos, t_dt[j]):
+                delta = t_dt[j]
+                for i in range(pos - 1, -1, -1):
+                    if delta > ACTR_MIN_DELTA:
+                        lnd[q] = math.log(delta)
+                        succ[q] = seq_g[start + i] > 1
+                        q += 1
+                    delta += seq_dt[start + i]
+            else:  # fractional days (--secs): upstream's float32 Δ, see actr_float32_deltas
+                actr_float32_deltas(seq_dt, start, pos, t_dt[j], cs)
+                for i in range(pos - 1, -1, -1):
+                    delta = float(cs[i])
+                    if delta > ACTR_MIN_DELTA_F32:
+                        lnd[q] = math.log(delta)
+                        succ[q] = seq_g[start + i] > 1
+                        q += 1
             off[j + 1] = q
     return lnd, succ, off
+
+
+@njit(cache=True)
+def is_whole_days(seq_dt, start, pos, t_dt):
+    """Whether the intervals a target's Δ are summed from (the card's reviews 1..pos−1 and its own) are whole
+    days: day mode always, --secs where no same-day review is involved. Whole days below 2^24 are exact in
+    float32 too, so upstream's float32 Δ equal the float64 sums and the day-mode path is kept as it was."""
+    if t_dt != math.floor(t_dt) or t_dt >= 16777216.0:
+        return False
+    for i in range(1, pos):
+        x = seq_dt[start + i]
+        if x != math.floor(x):
+            return False
+    return True
+
+
+@njit(cache=True)
+def actr_float32_deltas(seq_dt, start, pos, t_dt, out):
+    """out[i] = Δ of the card's review i (i < pos) to the target as upstream computes it in float32
+    (features/dash_engineer.py: sp = float32 tensor of t_item[1:], Δ = sp − cumsum(sp) + cumsum(sp)[−1]). torch's
+    CPU cumsum accumulates float32 in double and rounds each partial sum to float32; the subtraction and the
+    addition are float32 operations. With fractional days (--secs) this rounding is visible: a same-day review
+    of a long history has its Δ quantized to the float32 spacing of the card's total time (~5 s at 1,000 days),
+    which also decides which Δ fall at or below the 0.1 clamp."""
+    acc = 0.0
+    total = np.float32(0.0)
+    for i in range(pos):
+        sp = np.float32(seq_dt[start + i + 1]) if i + 1 < pos else np.float32(t_dt)
+        acc += float(sp)
+        cum = np.float32(acc)
+        out[i] = np.float32(sp - cum)  # float32 − float32: a float32 result
+        total = cum
+    for i in range(pos):
+        out[i] = np.float32(out[i] + total)
 
 
 @inlined
@@ -287,6 +336,7 @@ NO_ROW_LIMIT = 1 << 30
 
 class DASH(SeqModel):
     name = "DASH"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional Δ in the windows, same-day targets
     kernels = KERNELS_DASH
     replays_upstream_batches = True  # fit: batching "length"
     decay = False
@@ -340,6 +390,7 @@ def round4(w) -> list[float]:
 
 class DASHACTR(SeqModel):
     name = "DASH[ACT-R]"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: the 0.1-day clamp then drops genuine Δ <= 0.1
     kernels = KERNELS_ACTR
     default_w = [1.4164, 0.516, -0.0564, 1.9223, 1.0549]
     lower = [0.001, 0.001, -math.inf, -math.inf, -math.inf]
