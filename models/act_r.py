@@ -7,6 +7,13 @@ is the first review's interval and τ_K is the target ("now", its own interval i
   p = 1 / (1 + e^{(τ − m_K)/s}),   w = [a, c, s, τ, h].
 Clip after every step: a, c, s, h ∈ [0.001, 1], τ ≤ −0.001.
 
+--short --secs (upstream's "With same-day reviews" row): the same model over fractional days, same-day reviews in
+the histories and as targets. Upstream's cumulative times are a float32 tensor (torch.cumsum of the float32
+intervals: partial sums in double, each rounded to float32) and τ_k − τ_j a float32 subtraction; with fractional
+days that rounding shows (a same-day Δ late in a long card history is quantized to float32's spacing of the
+card's total time, ~5 s at 1,000 days, against the 1/h = 40 s floor of max(1, Δ·86400·h)), so `target_inputs`
+reproduces it for such cards; whole-day cards (day mode) keep the float64 sums, which are then equal.
+
 Quirks reproduced:
 - fsrs_optimizer.BatchDataset measures a row as len(tensor) = history + 1, so training drops rows whose history is
   longer than max_seq_len − 1 (63), not max_seq_len.
@@ -71,7 +78,7 @@ import numpy as np
 from numba import njit
 
 from config import ACCEPTS_SECS
-from models.dash import round4, with_max_seq_len
+from models.dash import round4, whole_days, with_max_seq_len
 from models.history_constants import SECONDS_PER_DAY
 from models.jit import inlined
 from models.kernel_math import bce, sigmoid
@@ -160,19 +167,6 @@ def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
             off += k
     return lnd, hist, tgt
 
-
-@njit(cache=True)
-def whole_days(seq_dt, start, n, t_dt, tb, te):
-    """Whether a card's intervals (its first n reviews and its targets' own) are whole days below 2^24, where
-    upstream's float32 cumulative times equal float64 sums (always in day mode)."""
-    for k in range(n):
-        x = seq_dt[start + k]
-        if x != math.floor(x) or x >= 16777216.0:
-            return False
-    for j in range(tb, te):
-        if t_dt[j] != math.floor(t_dt[j]) or t_dt[j] >= 16777216.0:
-            return False
-    return True
 
 
 # wc (the engine's per-batch `precompute`): w followed by the constants of h that every activation needs

@@ -10,6 +10,10 @@ reverse cumulative sum of t_item[1:] (features/dash_engineer.py@00c9de57; other.
 - DASH[MCM]: every counted review weighs e^{−Δ_j/τ_W}, τ = [0.2434, 1.9739, 16.0090, 129.8426].
 - DASH[ACT-R]: p = σ(w0·ln(1 + max(0, Σ_j Δ_j^{−w1}·(w3 if G_j > 1 else w2))) + w4), where upstream clamps Δ at 0.1
   and drops entries equal to 0.1 (its zero padding) — so any Δ ≤ 0.1 contributes nothing. Clip w0, w1 ≥ 0.001.
+  With --short --secs (upstream's "With same-day reviews" row) that drops every genuine Δ ≤ 0.1 day (2.4 h): a
+  review's same-day predecessors within 2.4 h do not count (a quirk reproduced). Upstream's Δ is float32
+  (sp − cumsum(sp) + cumsum(sp)[−1] over the float32 intervals); with fractional days its rounding is reproduced
+  (actr_float32_deltas), with the drop at Δ ≤ float32(0.1); whole-day cards keep the float64 sums, equal there.
 
 Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length as len(tensor)):
 - DASH/DASH[MCM]'s tensor is the 8-feature vector, length 8 for every row, so NO training row is dropped for a long
@@ -166,9 +170,10 @@ def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     cs = np.empty(max(1, t_pos.max() if n_t else 1), dtype=np.float32)
     for c in range(len(c_start)):
         start = c_start[c]
+        whole = whole_days(seq_dt, start, t_pos[c_te[c] - 1], t_dt, c_tb[c], c_te[c])
         for j in range(c_tb[c], c_te[c]):
             pos = t_pos[j]
-            if is_whole_days(seq_dt, start, pos, t_dt[j]):
+            if whole:
                 delta = t_dt[j]
                 for i in range(pos - 1, -1, -1):
                     if delta > ACTR_MIN_DELTA:
@@ -189,15 +194,17 @@ def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
 
 
 @njit(cache=True)
-def is_whole_days(seq_dt, start, pos, t_dt):
-    """Whether the intervals a target's Δ are summed from (the card's reviews 1..pos−1 and its own) are whole
-    days: day mode always, --secs where no same-day review is involved. Whole days below 2^24 are exact in
-    float32 too, so upstream's float32 Δ equal the float64 sums and the day-mode path is kept as it was."""
-    if t_dt != math.floor(t_dt) or t_dt >= 16777216.0:
-        return False
-    for i in range(1, pos):
-        x = seq_dt[start + i]
-        if x != math.floor(x):
+def whole_days(seq_dt, start, n, t_dt, tb, te):
+    """Whether a card's intervals (its first n reviews and its targets' own) are whole days below 2^24: always in
+    day mode, with --secs only where no same-day review is involved. There upstream's float32 time arithmetic
+    (DASH[ACT-R]'s Δ, ACT-R's cumulative times) is exact, equal to the float64 sums, and the day-mode path is kept
+    as it was."""
+    for k in range(n):
+        x = seq_dt[start + k]
+        if x != math.floor(x) or x >= 16777216.0:
+            return False
+    for j in range(tb, te):
+        if t_dt[j] != math.floor(t_dt[j]) or t_dt[j] >= 16777216.0:
             return False
     return True
 
