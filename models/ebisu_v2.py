@@ -260,6 +260,9 @@ class EbisuV2(Model):
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional tnow, same-day quizzes and targets
     n_params = 0
     UPSTREAM_CARD_JOIN = True  # reproduce upstream's cards/decks join + dropna (models/sm2.py)
+    # ... in day mode only: upstream's dropna that removes those cards runs inside create_features' day-mode (outlier
+    # filter) branch, so its --secs rows keep every card (as the newer upstream, which joins nothing, does always)
+    restrict_targets_day_mode_only = True
 
     def __init__(self, cfg=None):
         self.cfg = cfg

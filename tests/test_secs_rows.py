@@ -247,7 +247,12 @@ def tiny_users(root):
                 t += int(rng.choice([int(rng.integers(60, 3600)), int(rng.integers(1, 20)) * DAY + 3600]))
                 reviews.append((t, int(rng.choice([1, 3, 3, 3, 4]))))
             cards.append(reviews)
-        write_user(root, user, secs_revlog(cards))
+        # user 1's cards table lacks card 0: upstream's day-mode Ebisu-v2 path drops it (join + dropna), its secs
+        # path keeps it
+        listed = range(1 if user == 1 else 0, len(cards))
+        write_user(root, user, secs_revlog(cards),
+                   cards=pd.DataFrame({"card_id": list(listed), "note_id": list(listed), "deck_id": [1] * len(listed)}),
+                   decks=pd.DataFrame({"deck_id": [1], "parent_id": [0], "preset_id": [1]}))
 
 
 @pytest.fixture(scope="module")
@@ -273,3 +278,14 @@ def test_each_row_end_to_end(tiny_root, tmp_path):
     # every row of the table evaluates the same reviews of a user, more than the day-mode rows
     assert all(s == sizes["DASH"] for s in sizes.values()), sizes
     assert all(sizes["DASH"][u] > day[u] for u in day)
+
+
+def test_ebisu_card_join_is_day_mode_only(tiny_root):
+    """Upstream's cards/decks join drops cards through the dropna of create_features' day-mode branch only."""
+    from pipeline import prepare_user
+
+    def n_targets(algo, secs):
+        return len(prepare_user(1, RunConfig(algo=algo, short=True, secs=secs), tiny_root).data)
+
+    assert n_targets("Ebisu-v2", True) == n_targets("DASH", True)
+    assert n_targets("Ebisu-v2", False) < n_targets("DASH", False)
