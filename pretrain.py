@@ -23,6 +23,12 @@ with these exact commands (CPU, deterministic):
     python pretrain.py --model NN-17 --data /tmp/sim --users 1-20           # pretrain/NN-17.pth
     python pretrain.py --model LSTM --data /tmp/sim --users 1-20 --epochs 1000   # pretrain/LSTM.pth, LSTM_opt.pth
     python pretrain.py --model Transformer --data /tmp/simr --users 1-20    # pretrain/Transformer.pth (~4-6 min)
+    python pretrain.py --model GRU-P --short --secs --data /tmp/sim --users 1-20   # pretrain/GRU-P-short-secs.pth
+    python pretrain.py --model GRU --short --secs --data /tmp/simr --users 1-20    # pretrain/GRU-short-secs.pth
+
+(The two -short-secs files, for the `--short --secs` rows of the "With same-day reviews" table, were made on 28 Nov
+2026 with the compiled float64 trainer; upstream loads pretrain/<result-file name>_pretrain.pth, and its repository
+has no GRU-P-short-secs file: its run falls back to the untrained initialisation, which is not reproduced here.)
 
 (`python -m bench.simulate`, not `python bench/simulate.py`: numba's cache of that module is keyed to the package.)
 GRU-P, GRU-P-short and NN-17 were made before the GRU fine-tune loop was compiled in float64 (commit ea0f045; it
