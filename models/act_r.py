@@ -138,32 +138,32 @@ def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
         # history to the float32 spacing of its total time (~5 s at 1,000 days, against ACT-R's 40 s floor)
         f32 = not whole_days(seq_dt, start, n, t_dt, c_tb[c], c_te[c])
         tau[0] = seq_dt[start]
-        acc[0] = float(np.float32(seq_dt[start]))
+        acc[0] = np.float64(np.float32(seq_dt[start]))
         if f32:
-            tau[0] = float(np.float32(acc[0]))
+            tau[0] = acc[0]
         for k in range(1, n):
             if f32:
-                acc[k] = acc[k - 1] + float(np.float32(seq_dt[start + k]))
-                tau[k] = float(np.float32(acc[k]))
+                acc[k] = acc[k - 1] + np.float64(np.float32(seq_dt[start + k]))
+                tau[k] = np.float64(np.float32(acc[k]))
             else:
                 tau[k] = tau[k - 1] + seq_dt[start + k]
         base = off
         for k in range(1, n):
             for i in range(k):
                 d = tau[k] - tau[i]
-                lnd[off + i] = log_days(float(np.float32(d)) if f32 else d)
+                lnd[off + i] = log_days(np.float64(np.float32(d)) if f32 else d)
             off += k
         for j in range(c_tb[c], c_te[c]):
             hist[j] = base
             tgt[j] = off
             k = t_pos[j]
             if f32:
-                now = float(np.float32(acc[k - 1] + float(np.float32(t_dt[j]))))
+                now = np.float64(np.float32(acc[k - 1] + np.float64(np.float32(t_dt[j]))))
             else:
                 now = tau[k - 1] + t_dt[j]
             for i in range(k):
                 d = now - tau[i]
-                lnd[off + i] = log_days(float(np.float32(d)) if f32 else d)
+                lnd[off + i] = log_days(np.float64(np.float32(d)) if f32 else d)
             off += k
     return lnd, hist, tgt
 

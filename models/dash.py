@@ -184,7 +184,7 @@ def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
             else:  # fractional days (--secs): upstream's float32 Δ, see actr_float32_deltas
                 actr_float32_deltas(seq_dt, start, pos, t_dt[j], cs)
                 for i in range(pos - 1, -1, -1):
-                    delta = float(cs[i])
+                    delta = np.float64(cs[i])  # (numba's float() of a float32 stays float32)
                     if delta > ACTR_MIN_DELTA_F32:
                         lnd[q] = math.log(delta)
                         succ[q] = seq_g[start + i] > 1
@@ -221,7 +221,7 @@ def actr_float32_deltas(seq_dt, start, pos, t_dt, out):
     total = np.float32(0.0)
     for i in range(pos):
         sp = np.float32(seq_dt[start + i + 1]) if i + 1 < pos else np.float32(t_dt)
-        acc += float(sp)
+        acc += np.float64(sp)
         cum = np.float32(acc)
         out[i] = np.float32(sp - cum)  # float32 − float32: a float32 result
         total = cum

@@ -289,3 +289,21 @@ def test_ebisu_card_join_is_day_mode_only(tiny_root):
 
     assert n_targets("Ebisu-v2", True) == n_targets("DASH", True)
     assert n_targets("Ebisu-v2", False) < n_targets("DASH", False)
+
+
+def test_act_r_cumulative_times_are_upstreams_float32_ones():
+    """ACT-R's τ: torch.cumsum of the card's float32 intervals (partial sums in double, each rounded to float32),
+    Δ = τ_K − τ_i a float32 subtraction; at ~1,500 days the same-day gaps (75 s, 300 s) move by seconds."""
+    from models.act_r import target_inputs
+
+    rng = np.random.default_rng(5)
+    seq = np.concatenate([[0.0], rng.integers(1, 400 * DAY, 6) / DAY, [75 / DAY]])
+    t_dt = np.array([300 / DAY])
+    lnd, hist, tgt = target_inputs(seq, np.full(len(seq), 3, np.int8), np.array([0]), np.array([0]), np.array([1]),
+                                   np.array([len(seq)]), t_dt)
+    tau = np.cumsum(seq.astype(np.float32).astype(np.float64)).astype(np.float32)
+    now = np.float32(np.cumsum(np.concatenate([seq, t_dt]).astype(np.float32).astype(np.float64))[-1])
+    expected = np.log((now - tau).astype(np.float32).astype(np.float64))
+    got = lnd[tgt[0]:tgt[0] + len(seq)]
+    assert np.array_equal(got[:-1], expected[:-1]) and got[-1] == expected[-1]
+    assert abs(math.exp(got[-1]) - 300 / DAY) * DAY > 0.5  # the 300 s gap, as upstream's float32 sees it
