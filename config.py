@@ -31,11 +31,15 @@ BUILTIN_FLAGS = {
     "LSTM": ("secs", "duration", "equalize_test_with_non_secs"),
     "LogisticRegression": ("short", "secs", "recency", "equalize_test_with_non_secs"),
 }
-# Models on upstream's general --secs feature pipeline (features.py step 5): the model class's `accepts_secs`. The
-# FSRS family's --secs rows (upstream's "With same-day reviews" table; `--short --secs`, s_min 1e-4) run on the fast
-# trainer only (runner.py refuses the torch trainers there)
-ACCEPTS_SECS = {"FSRS-7", "LogisticRegression", "FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1"}
-# Of those, the models whose --secs mode runs on the fast (compiled) trainer alone
+# Models on upstream's general --secs feature pipeline (features.py step 5): the model class's `accepts_secs`.
+# With the FSRS-7 and Logistic Regression rows, the rows of upstream's "With same-day reviews" table
+# (`--short --secs`, `--with_same_day`; s_min 1e-4 for the FSRS family)
+ACCEPTS_SECS = {"FSRS-7", "LogisticRegression",
+                "FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1",
+                "DASH", "DASH[MCM]", "DASH[ACT-R]", "ACT-R", "HLR", "AVG", "Ebisu-v2", "RMSE-BINS-EXPLOIT",
+                "MOVING-AVG", "GRU", "GRU-P"}
+# Of those, the models whose --secs mode runs on the fast (compiled) trainer alone (runner.py refuses the torch
+# trainers there)
 SECS_FAST_ONLY = {"FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1"}
 
 

@@ -83,8 +83,9 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
         data = build_features(revlogs, fcfg, part, causal_inputs=causal)
         # Optional model hook: the targets upstream's code path for this model evaluates, chosen before the split
         # (e.g. SM2/Ebisu-v2 drop cards missing from the cards/decks tables; see models/sm2.py).
-        restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
-        if restrict is not None:
+        cls = models.model_class(cfg.algo)
+        restrict = getattr(cls, "restrict_targets", None)
+        if restrict is not None and not (fcfg.secs and getattr(cls, "restrict_targets_day_mode_only", False)):
             data = restrict(data, root, user_id)
         if cfg.causal:
             folds = _causal_folds(cfg, fcfg, revlogs, part, data, causal)

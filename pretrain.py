@@ -23,6 +23,12 @@ with these exact commands (CPU, deterministic):
     python pretrain.py --model NN-17 --data /tmp/sim --users 1-20           # pretrain/NN-17.pth
     python pretrain.py --model LSTM --data /tmp/sim --users 1-20 --epochs 1000   # pretrain/LSTM.pth, LSTM_opt.pth
     python pretrain.py --model Transformer --data /tmp/simr --users 1-20    # pretrain/Transformer.pth (~4-6 min)
+    python pretrain.py --model GRU-P --short --secs --data /tmp/sim --users 1-20   # pretrain/GRU-P-short-secs.pth
+    python pretrain.py --model GRU --short --secs --data /tmp/simr --users 1-20    # pretrain/GRU-short-secs.pth
+
+(The two -short-secs files, for the `--short --secs` rows of the "With same-day reviews" table, were made on 28 Nov
+2026 with the compiled float64 trainer; upstream loads pretrain/<result-file name>_pretrain.pth, and its repository
+has no GRU-P-short-secs file: its run falls back to the untrained initialisation, which is not reproduced here.)
 
 (`python -m bench.simulate`, not `python bench/simulate.py`: numba's cache of that module is keyed to the package.)
 GRU-P, GRU-P-short and NN-17 were made before the GRU fine-tune loop was compiled in float64 (commit ea0f045; it
@@ -90,7 +96,7 @@ from models import neural_seq
 
 
 def load_cohort(root: Path, users: list[int] | None, short: bool, max_seq_len: int = 64, quiet: bool = False,
-                model_cls=None):
+                model_cls=None, secs: bool = False):
     """Each user's targets (users with too little data are skipped, as upstream's create_features returns nothing
     for them), with the model's per-user hook applied (the LSTM's extra inputs); returns (list, used ids)."""
     ids = list_user_ids(root)
@@ -101,7 +107,8 @@ def load_cohort(root: Path, users: list[int] | None, short: bool, max_seq_len: i
     parts, used = [], []
     for u in ids:
         try:
-            data = build_features(load_revlogs(root, u), FeatureConfig(short=short, max_seq_len=max_seq_len))
+            data = build_features(load_revlogs(root, u), FeatureConfig(short=short, max_seq_len=max_seq_len,
+                                                                       secs=secs))
         except NotEnoughData:
             if not quiet:
                 print(f"user {u}: skipped (not enough data)", file=sys.stderr)
@@ -158,6 +165,9 @@ def main(argv=None) -> int:
     p.add_argument("--data", type=Path, default=None, help="dataset root in the anki-revlogs-10k layout")
     p.add_argument("--users", default="1-500", help="user ids or ranges, e.g. 1-500 or 1,2,5-9")
     p.add_argument("--short", action="store_true", help="same-day reviews in the histories (writes <model>-short.pth)")
+    p.add_argument("--secs", action="store_true",
+                   help="upstream's --secs features (fractional intervals, same-day targets with --short; writes "
+                        "<model>[-short]-secs.pth), for the models that accept --secs")
     p.add_argument("--epochs", type=int, default=None,
                    help="pretraining epochs (upstream: 32); for the LSTM, Reptile outer steps (upstream: 100000)")
     p.add_argument("--lr", type=float, default=4e-2)
@@ -179,11 +189,14 @@ def main(argv=None) -> int:
     from config import ALWAYS_SHORT
 
     short = a.short or a.model in ALWAYS_SHORT
-    users, used = load_cohort(root, parse_users(a.users), short, a.max_seq_len, model_cls=cls)
+    if a.secs and not getattr(cls, "accepts_secs", False):
+        p.error(f"--secs: {a.model} does not accept upstream's secs mode")
+    users, used = load_cohort(root, parse_users(a.users), short, a.max_seq_len, model_cls=cls, secs=a.secs)
     print(f"{a.model}: {len(used)} user(s), {sum(len(d) for d in users)} target rows; features "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     t0 = time.perf_counter()
-    out = a.out or neural_seq.pretrain_path(cls.name + ("-short" if a.short and a.model not in ALWAYS_SHORT else ""))
+    out = a.out or neural_seq.pretrain_path(cls.name + ("-short" if a.short and a.model not in ALWAYS_SHORT else "")
+                                            + ("-secs" if a.secs else ""))
     net = pretrain(a.model, users, short=short, n_epoch=a.epochs, lr=a.lr, wd=a.wd, batch_size=a.batch_size,
                    max_seq_len=a.max_seq_len, trainer=a.trainer, out=out)
     neural_seq.save_state(net, out)

@@ -7,6 +7,13 @@ is the first review's interval and τ_K is the target ("now", its own interval i
   p = 1 / (1 + e^{(τ − m_K)/s}),   w = [a, c, s, τ, h].
 Clip after every step: a, c, s, h ∈ [0.001, 1], τ ≤ −0.001.
 
+--short --secs (upstream's "With same-day reviews" row): the same model over fractional days, same-day reviews in
+the histories and as targets. Upstream's cumulative times are a float32 tensor (torch.cumsum of the float32
+intervals: partial sums in double, each rounded to float32) and τ_k − τ_j a float32 subtraction; with fractional
+days that rounding shows (a same-day Δ late in a long card history is quantized to float32's spacing of the
+card's total time, ~5 s at 1,000 days, against the 1/h = 40 s floor of max(1, Δ·86400·h)), so `target_inputs`
+reproduces it for such cards; whole-day cards (day mode) keep the float64 sums, which are then equal.
+
 Quirks reproduced:
 - fsrs_optimizer.BatchDataset measures a row as len(tensor) = history + 1, so training drops rows whose history is
   longer than max_seq_len − 1 (63), not max_seq_len.
@@ -70,7 +77,8 @@ import math
 import numpy as np
 from numba import njit
 
-from models.dash import round4, with_max_seq_len
+from config import ACCEPTS_SECS
+from models.dash import round4, whole_days, with_max_seq_len
 from models.history_constants import SECONDS_PER_DAY
 from models.jit import inlined
 from models.kernel_math import bce, sigmoid
@@ -119,27 +127,46 @@ def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
             size += t_pos[j]
     lnd = np.empty(size)
     tau = np.empty(max(1, t_pos.max() if n_t else 1))
+    acc = np.empty(len(tau))
     off = 0
     for c in range(len(c_start)):
         start = c_start[c]
         n = t_pos[c_te[c] - 1]
+        # fractional days (--secs; a whole-day card stays on the day-mode path, where float32 is exact): upstream's
+        # cumulative times are a float32 tensor (torch.cumsum of float32 t accumulates in double and rounds each
+        # partial sum to float32) and τ_k − τ_i a float32 subtraction, which quantizes a same-day Δ of a long card
+        # history to the float32 spacing of its total time (~5 s at 1,000 days, against ACT-R's 40 s floor)
+        f32 = not whole_days(seq_dt, start, n, t_dt, c_tb[c], c_te[c])
         tau[0] = seq_dt[start]
+        acc[0] = np.float64(np.float32(seq_dt[start]))
+        if f32:
+            tau[0] = acc[0]
         for k in range(1, n):
-            tau[k] = tau[k - 1] + seq_dt[start + k]
+            if f32:
+                acc[k] = acc[k - 1] + np.float64(np.float32(seq_dt[start + k]))
+                tau[k] = np.float64(np.float32(acc[k]))
+            else:
+                tau[k] = tau[k - 1] + seq_dt[start + k]
         base = off
         for k in range(1, n):
             for i in range(k):
-                lnd[off + i] = log_days(tau[k] - tau[i])
+                d = tau[k] - tau[i]
+                lnd[off + i] = log_days(np.float64(np.float32(d)) if f32 else d)
             off += k
         for j in range(c_tb[c], c_te[c]):
             hist[j] = base
             tgt[j] = off
             k = t_pos[j]
-            now = tau[k - 1] + t_dt[j]
+            if f32:
+                now = np.float64(np.float32(acc[k - 1] + np.float64(np.float32(t_dt[j]))))
+            else:
+                now = tau[k - 1] + t_dt[j]
             for i in range(k):
-                lnd[off + i] = log_days(now - tau[i])
+                d = now - tau[i]
+                lnd[off + i] = log_days(np.float64(np.float32(d)) if f32 else d)
             off += k
     return lnd, hist, tgt
+
 
 
 # wc (the engine's per-batch `precompute`): w followed by the constants of h that every activation needs
@@ -275,6 +302,7 @@ def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
 
 class ACTR(SeqModel):
     name = "ACT-R"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional cumulative times
     kernels = "models.act_r"
     default_w = [0.176786766570677, 0.216967308403809, 0.254893976981164, -0.704205679427144, 0.025]
     lower = [0.001, 0.001, 0.001, -math.inf, 0.001]

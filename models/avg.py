@@ -2,11 +2,13 @@
 
 import numpy as np
 
+from config import ACCEPTS_SECS
 from models.base import InadequateData, Model, ReviewData
 
 
 class AVG(Model):
     name = "AVG"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: same-day targets in the means and the test rows
     n_params = 0
 
     def __init__(self, cfg=None):

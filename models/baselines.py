@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 import metrics
+from config import ACCEPTS_SECS
 from models.base import Model, ReviewData
 
 MA_X0 = 1.2  # the online logit's starting value (its step size, MA_LR, is in models/baseline_kernels.py)
@@ -45,6 +46,7 @@ def _check_partitions(cfg, name: str) -> None:
 
 class MovingAvg(Model):
     name = "MOVING-AVG"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: same-day rows in the online pass
     n_params = 0
 
     def __init__(self, cfg=None):
@@ -97,6 +99,7 @@ _FOLD_PASS: list = []
 
 class RMSEBinsExploit(Model):
     name = "RMSE-BINS-EXPLOIT"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: bins on the fractional delta_t
     n_params = 0
 
     def __init__(self, cfg=None):

@@ -413,13 +413,16 @@ class NeuralModel(Model):
 
     @classmethod
     def weights_name(cls, cfg) -> str:
-        """pretrain/<this>.pth: the model name plus upstream's pretraining suffixes (-short)."""
-        return cls.name + ("-short" if getattr(cfg, "short", False) else "")
+        """pretrain/<this>.pth: the model name plus upstream's pretraining suffixes (-short, -secs: upstream loads
+        pretrain/<its result-file name>_pretrain.pth)."""
+        return cls.name + ("-short" if getattr(cfg, "short", False) else "") + \
+            ("-secs" if getattr(cfg, "secs_mode", False) else "")
 
     @classmethod
     def pretrain_command(cls, cfg) -> str:
         short = " --short" if getattr(cfg, "short", False) else ""
-        return f"python pretrain.py --model {cls.name}{short} --data PATH --users 1-500"
+        secs = " --secs" if getattr(cfg, "secs_mode", False) else ""
+        return f"python pretrain.py --model {cls.name}{short}{secs} --data PATH --users 1-500"
 
     def torch_free(self) -> bool:
         """The compiled trainer on the CPU, one user at a time: the FlatNet twin (same numbers, no torch)."""

@@ -10,6 +10,10 @@ reverse cumulative sum of t_item[1:] (features/dash_engineer.py@00c9de57; other.
 - DASH[MCM]: every counted review weighs e^{−Δ_j/τ_W}, τ = [0.2434, 1.9739, 16.0090, 129.8426].
 - DASH[ACT-R]: p = σ(w0·ln(1 + max(0, Σ_j Δ_j^{−w1}·(w3 if G_j > 1 else w2))) + w4), where upstream clamps Δ at 0.1
   and drops entries equal to 0.1 (its zero padding) — so any Δ ≤ 0.1 contributes nothing. Clip w0, w1 ≥ 0.001.
+  With --short --secs (upstream's "With same-day reviews" row) that drops every genuine Δ ≤ 0.1 day (2.4 h): a
+  review's same-day predecessors within 2.4 h do not count (a quirk reproduced). Upstream's Δ is float32
+  (sp − cumsum(sp) + cumsum(sp)[−1] over the float32 intervals); with fractional days its rounding is reproduced
+  (actr_float32_deltas), with the drop at Δ ≤ float32(0.1); whole-day cards keep the float64 sums, equal there.
 
 Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length as len(tensor)):
 - DASH/DASH[MCM]'s tensor is the 8-feature vector, length 8 for every row, so NO training row is dropped for a long
@@ -51,6 +55,7 @@ import types
 import numpy as np
 from numba import njit
 
+from config import ACCEPTS_SECS
 from models.base import InadequateData, ReviewData
 from models.history_constants import ACTR_MIN_DELTA, MCM_TAU, WINDOWS
 from models.jit import inlined
@@ -59,6 +64,9 @@ from models.seq_engine import NUMPY126
 from models.seq_model import SeqModel
 
 N_STATE = 8
+# upstream compares its float32 Δ, clamped at 0.1, with 0.1 (a float32 0.1 in a float32 tensor): Δ ≤ float32(0.1)
+# is dropped (whole-day Δ never falls between 0.1 and float32(0.1) = 0.10000000149)
+ACTR_MIN_DELTA_F32 = float(np.float32(ACTR_MIN_DELTA))
 
 
 # ------------------------------------------------------------------------------------------ DASH / DASH[MCM]
@@ -159,18 +167,66 @@ def actr_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
     lnd = np.empty(size)
     succ = np.empty(size, dtype=np.bool_)
     q = 0
+    cs = np.empty(max(1, t_pos.max() if n_t else 1), dtype=np.float32)
     for c in range(len(c_start)):
         start = c_start[c]
+        whole = whole_days(seq_dt, start, t_pos[c_te[c] - 1], t_dt, c_tb[c], c_te[c])
         for j in range(c_tb[c], c_te[c]):
-            delta = t_dt[j]
-            for i in range(t_pos[j] - 1, -1, -1):
-                if delta > ACTR_MIN_DELTA:
-                    lnd[q] = math.log(delta)
-                    succ[q] = seq_g[start + i] > 1
-                    q += 1
-                delta += seq_dt[start + i]
+            pos = t_pos[j]
+            if whole:
+                delta = t_dt[j]
+                for i in range(pos - 1, -1, -1):
+                    if delta > ACTR_MIN_DELTA:
+                        lnd[q] = math.log(delta)
+                        succ[q] = seq_g[start + i] > 1
+                        q += 1
+                    delta += seq_dt[start + i]
+            else:  # fractional days (--secs): upstream's float32 Δ, see actr_float32_deltas
+                actr_float32_deltas(seq_dt, start, pos, t_dt[j], cs)
+                for i in range(pos - 1, -1, -1):
+                    delta = np.float64(cs[i])  # (numba's float() of a float32 stays float32)
+                    if delta > ACTR_MIN_DELTA_F32:
+                        lnd[q] = math.log(delta)
+                        succ[q] = seq_g[start + i] > 1
+                        q += 1
             off[j + 1] = q
     return lnd, succ, off
+
+
+@njit(cache=True)
+def whole_days(seq_dt, start, n, t_dt, tb, te):
+    """Whether a card's intervals (its first n reviews and its targets' own) are whole days below 2^24: always in
+    day mode, with --secs only where no same-day review is involved. There upstream's float32 time arithmetic
+    (DASH[ACT-R]'s Δ, ACT-R's cumulative times) is exact, equal to the float64 sums, and the day-mode path is kept
+    as it was."""
+    for k in range(n):
+        x = seq_dt[start + k]
+        if x != math.floor(x) or x >= 16777216.0:
+            return False
+    for j in range(tb, te):
+        if t_dt[j] != math.floor(t_dt[j]) or t_dt[j] >= 16777216.0:
+            return False
+    return True
+
+
+@njit(cache=True)
+def actr_float32_deltas(seq_dt, start, pos, t_dt, out):
+    """out[i] = Δ of the card's review i (i < pos) to the target as upstream computes it in float32
+    (features/dash_engineer.py: sp = float32 tensor of t_item[1:], Δ = sp − cumsum(sp) + cumsum(sp)[−1]). torch's
+    CPU cumsum accumulates float32 in double and rounds each partial sum to float32; the subtraction and the
+    addition are float32 operations. With fractional days (--secs) this rounding is visible: a same-day review
+    of a long history has its Δ quantized to the float32 spacing of the card's total time (~5 s at 1,000 days),
+    which also decides which Δ fall at or below the 0.1 clamp."""
+    acc = 0.0
+    total = np.float32(0.0)
+    for i in range(pos):
+        sp = np.float32(seq_dt[start + i + 1]) if i + 1 < pos else np.float32(t_dt)
+        acc += np.float64(sp)
+        cum = np.float32(acc)
+        out[i] = np.float32(sp - cum)  # float32 − float32: a float32 result
+        total = cum
+    for i in range(pos):
+        out[i] = np.float32(out[i] + total)
 
 
 @inlined
@@ -287,6 +343,7 @@ NO_ROW_LIMIT = 1 << 30
 
 class DASH(SeqModel):
     name = "DASH"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional Δ in the windows, same-day targets
     kernels = KERNELS_DASH
     replays_upstream_batches = True  # fit: batching "length"
     decay = False
@@ -340,6 +397,7 @@ def round4(w) -> list[float]:
 
 class DASHACTR(SeqModel):
     name = "DASH[ACT-R]"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: the 0.1-day clamp then drops genuine Δ <= 0.1
     kernels = KERNELS_ACTR
     default_w = [1.4164, 0.516, -0.0564, 1.9223, 1.0549]
     lower = [0.001, 0.001, -math.inf, -math.inf, -math.inf]

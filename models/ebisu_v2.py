@@ -39,6 +39,7 @@ from numba import njit, types
 from numba.extending import get_cython_function_address
 from scipy.special import betaln
 
+from config import ACCEPTS_SECS
 from models.base import Model, ReviewData
 from models.sm2 import card_extents, restrict_to_joined_cards
 
@@ -256,8 +257,12 @@ def predict_recall(a, b, t, tnow):
 
 class EbisuV2(Model):
     name = "Ebisu-v2"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional tnow, same-day quizzes and targets
     n_params = 0
     UPSTREAM_CARD_JOIN = True  # reproduce upstream's cards/decks join + dropna (models/sm2.py)
+    # ... in day mode only: upstream's dropna that removes those cards runs inside create_features' day-mode (outlier
+    # filter) branch, so its --secs rows keep every card (as the newer upstream, which joins nothing, does always)
+    restrict_targets_day_mode_only = True
 
     def __init__(self, cfg=None):
         self.cfg = cfg

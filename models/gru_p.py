@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from config import ACCEPTS_SECS
 from models.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel
 from models.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_cards_loss
 
@@ -100,6 +101,7 @@ class GRUFlat(GRUSpec, FlatNet):
 
 class GRUP(NeuralModel):
     name = "GRU-P"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional intervals (weights pretrain/GRU-P-short-secs)
     first_run_seconds = 22  # its first run's compiling (warmup.py), measured in an empty cache
     net_class = LazyClass("models.gru_torch:GRUPNet")
     flat_class = GRUPFlat
@@ -108,6 +110,7 @@ class GRUP(NeuralModel):
 
 class GRU(NeuralModel):
     name = "GRU"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional intervals (weights pretrain/GRU-short-secs)
     first_run_seconds = 22  # its first run's compiling (warmup.py), measured in an empty cache
     net_class = LazyClass("models.gru_torch:GRUNet")
     flat_class = GRUFlat

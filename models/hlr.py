@@ -49,6 +49,7 @@ import math
 import numpy as np
 from numba import njit
 
+from config import ACCEPTS_SECS
 from models.base import InadequateData, ReviewData
 from models.jit import inlined
 from models.kernel_math import bce
@@ -167,6 +168,7 @@ def __getattr__(name: str):
 
 class HLR(SeqModel):
     name = "HLR"
+    accepts_secs = name in ACCEPTS_SECS  # --short --secs: same-day reviews counted and predicted
     kernels = "models.hlr"
     replays_upstream_batches = True  # fit: batching "length-shared"
     default_w = [2.5819, -0.8674, 2.7245]

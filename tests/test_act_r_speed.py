@@ -87,8 +87,11 @@ def test_exp_table_within_one_ulp_of_libm():
 
 
 def fractional_cards() -> ReviewData:
-    """Three cards: whole days, fractions of a day (same-day and sub-second gaps too), and gaps past the table."""
-    seqs = [[0.0, 1.0, 3.0, 0.0, 7.0, 30.0], [0.0, 0.25, 1.5, 1e-6, 2.75, 0.5], [0.0, N_LOG_DAYS + 3.0, 2.0, 9000.5]]
+    """Three cards: whole days, fractions of a day (same-day and sub-second gaps too), and gaps past the table.
+    The fractions and their partial sums are exact in float32 (2^−20 day for the sub-second gap), where upstream's
+    float32 cumulative times (reproduced by target_inputs for fractional cards) equal the float64 reference's."""
+    seqs = [[0.0, 1.0, 3.0, 0.0, 7.0, 30.0], [0.0, 0.25, 1.5, 2.0 ** -20, 2.75, 0.5],
+            [0.0, N_LOG_DAYS + 3.0, 2.0, 9000.5]]
     seq_dt, starts, pos = [], [], []
     for s in seqs:
         starts += [len(seq_dt)] * (len(s) - 1)

@@ -76,7 +76,8 @@ def test_dash_actr_forward_by_hand_and_small_delta_quirk():
     assert model.predict(one_card(*HISTORY))[0] == pytest.approx(expected, rel=1e-12)
     # upstream clamps Δ at 0.1 and drops entries equal to 0.1: any Δ ≤ 0.1 day contributes nothing
     assert model.predict(one_card([0, 0.02], [3, 3], 0.05))[0] == pytest.approx(sigmoid(w[4]), rel=1e-12)
-    s = 2.05 ** -w[1] * w[3]  # only the first review (Δ = 2.05) counts
+    # only the first review (Δ = 2.05, as upstream's float32 sum of 2 and 0.05) counts
+    s = float(np.float32(2.0 + float(np.float32(0.05)))) ** -w[1] * w[3]
     expected = sigmoid(w[0] * math.log(1 + s) + w[4])
     assert model.predict(one_card([0, 2], [3, 3], 0.05))[0] == pytest.approx(expected, rel=1e-12)
     # a negative sum is clamped at 0
@@ -230,7 +231,10 @@ def test_cli_rows_on_embedded_data(tmp_path):
 def test_dash_actr_long_history_by_hand_predictions_and_w1_gradient():
     """The kernel takes Δ^(−w1) as exp(−w1·ln Δ) (models/dash.py): on a 300-review card with same-day reviews,
     intervals around the 0.1 cut and up to years, every target's prediction equals upstream's formula with `**`
-    computed here in numpy, and dLoss/dw1 (the one term that needs ln Δ) equals a central finite difference."""
+    computed here in numpy, and dLoss/dw1 (the one term that needs ln Δ) equals a central finite difference.
+    Upstream's Δ are float32 (features/dash_engineer.py: sp − cumsum(sp) + cumsum(sp)[−1] on a float32 tensor,
+    torch's cumsum summing in double): at this card's ~10^5 days that rounding moves the short Δ by up to ~0.004
+    day, across the 0.1 cut too, and the expected values here reproduce it."""
     rng = np.random.default_rng(7)
     n = 300
     dts = np.concatenate([[0.0], rng.choice([0.0, 0.04, 0.1, 0.11, 1.0, 3.5, 40.0, 700.0], n - 1)])
@@ -244,8 +248,10 @@ def test_dash_actr_long_history_by_hand_predictions_and_w1_gradient():
     w = np.array([1.3, 0.45, -0.2, 1.7, 0.9])
     expected = []
     for k, p in enumerate(pos):
-        delta = target_dt[k] + np.concatenate([np.cumsum(dts[1:p][::-1])[::-1], [0.0]])  # review j → target
-        kept = delta > 0.1
+        sp = np.concatenate([dts[1:p], [target_dt[k]]]).astype(np.float32)  # upstream's t_item[1:]
+        cs = np.cumsum(sp.astype(np.float64)).astype(np.float32)
+        delta = ((sp - cs) + cs[-1]).astype(np.float32).astype(np.float64)  # review j → target
+        kept = delta > np.float32(0.1)
         s = np.sum(np.where(gs[:p] > 1, w[3], w[2])[kept] * delta[kept] ** -w[1])
         expected.append(sigmoid(w[0] * math.log1p(max(s, 0.0)) + w[4]))
     np.testing.assert_allclose(model.engine.predict(w, data), expected, rtol=1e-12, atol=0)

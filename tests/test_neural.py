@@ -724,7 +724,8 @@ def test_upstream_secs_flags_are_the_lstm_mode_and_refused_elsewhere(tmp_path, c
     assert runner.main(["--model", "LSTM"] + base + ["--result-dir", str(tmp_path / "b")], "", "FSRS-6", None) == 0
     assert strip_time(tmp_path / "a" / "LSTM.jsonl") == strip_time(tmp_path / "b" / "LSTM.jsonl")
     capsys.readouterr()
-    assert runner.main(["--model", "GRU-P", "--secs"] + base + ["--result-dir", str(tmp_path / "c")], "", "FSRS-6",
+    # (GRU and GRU-P accept --secs: their --short --secs rows of the "With same-day reviews" table)
+    assert runner.main(["--model", "NN-17", "--secs"] + base + ["--result-dir", str(tmp_path / "c")], "", "FSRS-6",
                        None) == 2
-    assert "GRU-P: --secs not implemented" in capsys.readouterr().err
-    assert not (tmp_path / "c" / "GRU-P.jsonl").exists()
+    assert "NN-17: --secs not implemented" in capsys.readouterr().err
+    assert not (tmp_path / "c" / "NN-17-secs.jsonl").exists()

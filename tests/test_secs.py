@@ -174,7 +174,7 @@ def test_runner_refuses_secs_where_a_model_does_not_accept_it(tmp_path):
     from runner import run
 
     base = dict(data=EMBEDDED_DATA, users=[3], processes=1, quiet=True, result_dir=tmp_path)
-    with pytest.raises(DataError, match="HLR: --secs not implemented"):
-        run(RunConfig(algo="HLR", secs=True, **base))
+    with pytest.raises(DataError, match="SM2: --secs not implemented"):
+        run(RunConfig(algo="SM2", secs=True, **base))
     with pytest.raises(DataError, match="FSRS-6-one-step: --equalize_test_with_non_secs not implemented"):
         run(RunConfig(algo="FSRS-6-one-step", equalize_test_with_non_secs=True, **base))

@@ -20,10 +20,12 @@ from models.card_net import FlatNet, epoch_orders
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAT_ROWS = [("GRU", False), ("GRU-P", False), ("GRU-P", True), ("NN-17", False), ("LSTM", False)]
+SECS_ROWS = [("GRU", True), ("GRU-P", True)]  # --short --secs: pretrain/<model>-short-secs
 
 
 def weights_names() -> list[str]:
-    return [models.model_class(a).weights_name(RunConfig(algo=a, short=s)) for a, s in FLAT_ROWS]
+    return [models.model_class(a).weights_name(RunConfig(algo=a, short=s)) for a, s in FLAT_ROWS] + \
+        [models.model_class(a).weights_name(RunConfig(algo=a, short=s, secs=True)) for a, s in SECS_ROWS]
 
 
 @pytest.mark.parametrize("name", weights_names())
