@@ -28,6 +28,12 @@ class Row:
     unsupported: str | None = None  # why srs-bench cannot produce this row at all (not just "not registered yet")
     table: str = "day"  # "day": the table without same-day reviews; "same-day": with them (--with_same_day)
 
+    @property
+    def current(self) -> bool:
+        """Whether upstream's current tables (the README's) have this row; the others are the seeds' tables' rows
+        and srs-bench's own (`evaluate.py --layout seeds` shows every row: docs/results.md)."""
+        return self.name not in NOT_CURRENT
+
     def args(self) -> list[str]:
         """other.py's arguments for this row (`--model M` and its flags)."""
         words = ["--model", self.algo]
@@ -150,6 +156,12 @@ ROWS: list[Row] = [
     _same_day("Ebisu-v2"),
     _same_day("RMSE-BINS-EXPLOIT"),
 ]
+
+# Rows of the seeds' tables that upstream's current README no longer shows, and srs-bench's own rows
+NOT_CURRENT = {"FSRS-6-upstream-trainer", "FSRS-6-one-step", "FSRS-5-recency", "FSRS-5-preset", "FSRS-5-deck",
+               "FSRS-5-binary", "FSRS-5-S0", "FSRS-5-default", "FSRS-5-disable_short_term", "Transformer", "NN-17",
+               "90%", "Anki", "Anki-default", "SM2-trainable", "SBD-recency", "SM2", "SM2-short",
+               "GRU"}  # upstream's current GRU row is GRU-short-secs-equalize_test_with_non_secs
 
 BY_NAME = {row.name: row for row in ROWS}
 

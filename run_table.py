@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md",
                    help="file whose <!-- tables:start/end --> block is rewritten with the tables, in upstream's "
                         "current layout (evaluate.py --all-tables; the seeds' layout is evaluate.py --layout seeds)")
+    p.add_argument("--all-rows-doc", dest="all_rows_doc", type=Path, default=REPO_ROOT / "docs" / "results.md",
+                   help="file whose <!-- tables:start/end --> block is rewritten with every row that has results, "
+                        "in the seeds' layout (review-weighted and unweighted; evaluate.py --layout seeds)")
     p.add_argument("--plots", type=Path, default=REPO_ROOT / "plots",
                    help="folder for plots/Superiority-<n>.png, Wilcoxon-/T-test-<n>-collections.png")
     p.add_argument("--no-tables", dest="tables", action="store_false", default=argparse.SUPPRESS,
@@ -100,19 +103,27 @@ def list_rows(result_dir: Path) -> None:
 
 
 def regenerate_tables(args: argparse.Namespace) -> int:
-    """README tables and plots over every row of the table that has results."""
+    """The README's tables (upstream's current two, over its current rows) and plots, and every row in the seeds'
+    layout (--all-rows-doc), over the rows that have results."""
     import evaluate
 
     names = [r.name for r in table_rows.ROWS if count_lines(args.result_dir / f"{r.name}.jsonl") > 0]
     if not names:
         print("no result files yet: tables not regenerated", file=sys.stderr)
         return 0
-    argv = ["--results", str(args.result_dir), "--models", ",".join(names), "--readme", str(args.readme),
-            "--plots", str(args.plots), "--n-resamples", str(args.n_resamples), "--all-tables"]
-    if len(names) >= 2:
+    current = [n for n in names if table_rows.BY_NAME[n].current]
+    common = ["--results", str(args.result_dir), "--n-resamples", str(args.n_resamples)]
+    argv = [*common, "--models", ",".join(current or names), "--readme", str(args.readme), "--plots",
+            str(args.plots), "--all-tables"]
+    if len(current) >= 2:
         args.plots.mkdir(parents=True, exist_ok=True)
         argv += ["--superiority", "--significance"]
     print(f"tables: python evaluate.py {' '.join(argv)}", file=sys.stderr)
+    code = evaluate.main(argv)
+    if code != 0 or args.all_rows_doc is None or not args.all_rows_doc.exists():
+        return code
+    argv = [*common, "--models", ",".join(names), "--readme", str(args.all_rows_doc), "--layout", "seeds"]
+    print(f"every row: python evaluate.py {' '.join(argv)}", file=sys.stderr)
     return evaluate.main(argv)
 
 

@@ -63,8 +63,11 @@ def readme(tmp_path):
 
 
 def table_args(tmp_path, readme, *extra):
+    all_rows = tmp_path / "results.md"
+    if not all_rows.exists():
+        all_rows.write_text("every row\n<!-- tables:start -->\n<!-- tables:end -->\n", encoding="utf-8")
     return ["--result-dir", str(tmp_path / "result"), "--readme", str(readme), "--plots", str(tmp_path / "plots"),
-            "--processes", "2", "--quiet", "--n-resamples", "199", *extra]
+            "--all-rows-doc", str(all_rows), "--processes", "2", "--quiet", "--n-resamples", "199", *extra]
 
 
 def test_whole_table_runs_rows_skips_unregistered_resumes_and_rewrites_tables(tmp_path, readme, monkeypatch, capsys):
@@ -87,6 +90,11 @@ def test_whole_table_runs_rows_skips_unregistered_resumes_and_rewrites_tables(tm
     assert sorted(table_rows) == ["AVG", "MOVING-AVG"]  # one table, nothing else
     for plot in ("Superiority-3.png", "Wilcoxon-3-collections.png", "T-test-3-collections.png"):
         assert (tmp_path / "plots" / plot).stat().st_size > 0
+    # every row, in the seeds' layout (review-weighted and unweighted), goes to the all-rows page
+    every = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert every.startswith("every row\n<!-- tables:start -->\n") and "### Weighted by the number of reviews" in every
+    names = [l.split("|")[1].strip(" *") for l in every.splitlines() if re.match(r"^\| \S.* \| 0 \|", l)]
+    assert sorted(names) == ["AVG", "AVG", "MOVING-AVG", "MOVING-AVG"]  # weighted and unweighted
 
     # a second call finds every user done: nothing is recomputed, the files are unchanged
     before = {p.name: p.read_text() for p in (tmp_path / "result").iterdir()}
