@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
 from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
 from models.jit import inlined
+from models.kernel_math import weights_then_s_min, weights_then_s_min_vjp
 
 # The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
 LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v2"
@@ -42,21 +42,8 @@ N_W = 14
 C_SMIN = 14
 
 
-@njit(cache=True)
-def precompute(w, opts):
-    """wc = w followed by s_min (opts[0], default S_MIN)."""
-    wc = np.empty(N_W + 1)
-    for j in range(N_W):
-        wc[j] = w[j]
-    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
-    return wc
-
-
-@njit(cache=True)
-def precompute_vjp(w, opts, wc, gwc, gw):
-    """s_min has no adjoint: the weights' part of gwc is copied."""
-    for j in range(N_W):
-        gw[j] += gwc[j]
+# the engine contract's precompute: wc = w, then s_min (models/kernel_math.py)
+precompute, precompute_vjp = weights_then_s_min, weights_then_s_min_vjp
 
 
 

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from models.fsrs_init import SECS_S_MIN
 from models.jit import inlined
-from models.kernel_math import bce
+from models.kernel_math import LEGACY_S_MIN, bce, weights_then_s_min, weights_then_s_min_vjp
 from models.seq_model import SeqModel
 
-S_MIN = 0.01
+S_MIN = LEGACY_S_MIN  # 0.01; upstream's --secs: 1e-4 (the plug-in's run-time option)
 S_MAX = 36500.0
 LN09 = math.log(0.9)
 # The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
@@ -56,21 +55,8 @@ N_W = 13
 C_SMIN = 13
 
 
-@njit(cache=True)
-def precompute(w, opts):
-    """wc = w followed by s_min (opts[0], default S_MIN)."""
-    wc = np.empty(N_W + 1)
-    for j in range(N_W):
-        wc[j] = w[j]
-    wc[C_SMIN] = opts[0] if len(opts) > 0 else S_MIN
-    return wc
-
-
-@njit(cache=True)
-def precompute_vjp(w, opts, wc, gwc, gw):
-    """s_min has no adjoint: the weights' part of gwc is copied."""
-    for j in range(N_W):
-        gw[j] += gwc[j]
+# the engine contract's precompute: wc = w, then s_min (models/kernel_math.py)
+precompute, precompute_vjp = weights_then_s_min, weights_then_s_min_vjp
 
 
 # ---------------------------------------------------------------------------------------- shared helpers (numba)

@@ -44,6 +44,29 @@ def adam_step(w, grad, m, v, step, lr, b1, b2, eps, weight_decay):
         w[j] -= lr * (m[j] / bc1) / (math.sqrt(v[j] / bc2) + eps)
 
 
+# FSRS v1-v4's day-mode lower clamp of S; their plug-ins' one run-time option (upstream's --secs: 1e-4)
+LEGACY_S_MIN = 0.01
+
+
+@njit(cache=True)
+def weights_then_s_min(w, opts):
+    """The `precompute` of a plug-in whose only run-time option is s_min (FSRS v1-v4, 4.5): wc = w followed by
+    s_min (opts[0]; LEGACY_S_MIN without it), which the steps read as wc[len(w)]."""
+    n = len(w)
+    wc = np.empty(n + 1)
+    for j in range(n):
+        wc[j] = w[j]
+    wc[n] = opts[0] if len(opts) > 0 else LEGACY_S_MIN
+    return wc
+
+
+@njit(cache=True)
+def weights_then_s_min_vjp(w, opts, wc, gwc, gw):
+    """s_min has no adjoint: the weights' part of gwc is copied."""
+    for j in range(len(w)):
+        gw[j] += gwc[j]
+
+
 @inlined
 def sigmoid(z):
     """1 / (1 + e^−z) without overflow for either sign."""
