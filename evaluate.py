@@ -118,6 +118,7 @@ KNOWN_MODELS: dict[str, tuple[int, str]] = {
     "LSTM": (8869, "FIL, G, SR, AT"),
     "LSTM-short-secs-equalize_test_with_non_secs": (8869, "FIL, G, SR, AT"),  # upstream's file name for "LSTM"
     "GRU": (39, "IL, G"),
+    "GRU-short-secs-equalize_test_with_non_secs": (39, "FIL, G, SR"),  # upstream's current day-table GRU row
     "GRU-P": (297, "IL, G"),
     "GRU-P-short": (297, "IL, G, SR"),
     "Transformer": (127, "IL, G"),
@@ -524,6 +525,8 @@ def parameter_label(m: ModelResults) -> str:
     """Known names: the README's count (KNOWN_MODELS), whatever the result's `parameters` list holds, except the
     COUNT_FROM_RESULT names, whose list length is the count. Unknown names: the list length, or "?"."""
     base = known_base(m.name)
+    if base is None and (day := _same_day_base(m.name)) is not None:  # a -short-secs row counts as its model
+        base = known_base(day)
     if base is None or (base in COUNT_FROM_RESULT and m.n_params):
         return str(m.n_params) if m.n_params is not None else "?"
     return str(KNOWN_MODELS[base][0])

@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file whose <!-- tables:start/end --> block is rewritten with the tables, in upstream's "
                         "current layout (evaluate.py --all-tables; the seeds' layout is evaluate.py --layout seeds)")
     p.add_argument("--all-rows-doc", dest="all_rows_doc", type=Path, default=REPO_ROOT / "docs" / "results.md",
-                   help="file whose <!-- tables:start/end --> block is rewritten with every row that has results, "
-                        "in the seeds' layout (review-weighted and unweighted; evaluate.py --layout seeds)")
+                   help="file whose <!-- tables:start/end --> block is rewritten with every row without same-day "
+                        "reviews that has results, in the seeds' layout (review-weighted and unweighted; evaluate.py "
+                        "--layout seeds)")
     p.add_argument("--plots", type=Path, default=REPO_ROOT / "plots",
                    help="folder for plots/Superiority-<n>.png, Wilcoxon-/T-test-<n>-collections.png")
     p.add_argument("--no-tables", dest="tables", action="store_false", default=argparse.SUPPRESS,
@@ -103,8 +104,8 @@ def list_rows(result_dir: Path) -> None:
 
 
 def regenerate_tables(args: argparse.Namespace) -> int:
-    """The README's tables (upstream's current two, over its current rows) and plots, and every row in the seeds'
-    layout (--all-rows-doc), over the rows that have results."""
+    """The README's tables (upstream's current two, over its current rows) and plots, and every row without
+    same-day reviews in the seeds' layout (--all-rows-doc), over the rows that have results."""
     import evaluate
 
     names = [r.name for r in table_rows.ROWS if count_lines(args.result_dir / f"{r.name}.jsonl") > 0]
@@ -122,7 +123,10 @@ def regenerate_tables(args: argparse.Namespace) -> int:
     code = evaluate.main(argv)
     if code != 0 or args.all_rows_doc is None or not args.all_rows_doc.exists():
         return code
-    argv = [*common, "--models", ",".join(names), "--readme", str(args.all_rows_doc), "--layout", "seeds"]
+    day = [n for n in names if table_rows.BY_NAME[n].table == "day"]  # the seeds' tables are day-mode tables
+    if not day:
+        return code
+    argv = [*common, "--models", ",".join(day), "--readme", str(args.all_rows_doc), "--layout", "seeds"]
     print(f"every row: python evaluate.py {' '.join(argv)}", file=sys.stderr)
     return evaluate.main(argv)
 
