@@ -96,17 +96,6 @@ def test_rows_accept_secs_and_see_fractional_intervals(name):
         build_features(secs_revlog(CARDS), FeatureConfig.from_run(RunConfig(algo=name, short=True)))
 
 
-def test_fsrs_family_is_not_declared_here():
-    """The FSRS rows are another change's; the flag is refused for a model that does not declare it."""
-    from data_loader import DataError
-    from runner import run
-
-    if "FSRS-6" in ACCEPTS_SECS:
-        pytest.skip("FSRS-6 accepts --secs in this checkout")
-    with pytest.raises(DataError):
-        run(RunConfig(algo="FSRS-6", secs=True, data="/nonexistent"))
-
-
 # ------------------------------------------------------------------------------------------- by hand
 
 def test_dash_window_counts_over_fractional_intervals():
