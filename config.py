@@ -41,6 +41,9 @@ ACCEPTS_SECS = {"FSRS-7", "LogisticRegression",
 # Of those, the models whose --secs mode runs on the fast (compiled) trainer alone (runner.py refuses the torch
 # trainers there)
 SECS_FAST_ONLY = {"FSRS-6", "FSRS-5", "FSRS-4.5", "FSRSv4", "FSRSv3", "FSRSv2", "FSRSv1"}
+# Models whose day-table row handles its secs inputs itself (the LSTM: models/lstm.py) and whose same-day row
+# (--with_same_day) runs on the general secs pipeline
+SECS_SAME_DAY_ONLY = {"LSTM"}
 
 
 @dataclass
@@ -124,8 +127,10 @@ class RunConfig:
     @property
     def secs_mode(self) -> bool:
         """The general --secs feature pipeline (features.py step 5): for a model that declares `accepts_secs`
-        (ACCEPTS_SECS), when --secs is given or is one of its built-in flags. The LSTM handles its secs inputs
-        itself (its own target hook), so it does not declare it."""
+        (ACCEPTS_SECS), when --secs is given or is one of its built-in flags. The LSTM's day row handles its secs
+        inputs itself (its own target hook); its same-day row (--with_same_day) is on it (SECS_SAME_DAY_ONLY)."""
+        if self.algo in SECS_SAME_DAY_ONLY:
+            return self.with_same_day
         return self.algo in ACCEPTS_SECS and (self.secs or "secs" in self.builtin_flags)
 
     @property

@@ -86,7 +86,7 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
         cls = models.model_class(cfg.algo)
         restrict = getattr(cls, "restrict_targets", None)
         if restrict is not None and not (fcfg.secs and getattr(cls, "restrict_targets_day_mode_only", False)):
-            data = restrict(data, root, user_id)
+            data = restrict(data, root, user_id, cfg=cfg)
         if cfg.causal:
             folds = _causal_folds(cfg, fcfg, revlogs, part, data, causal)
         elif fcfg.equalize:  # the day-mode pipeline's test reviews (split.equalized_folds)

@@ -127,8 +127,7 @@ ROWS: list[Row] = [
     Row("GRU-short-secs-equalize_test_with_non_secs", "GRU",
         {"short": True, "secs": True, "equalize_test_with_non_secs": True}),
     # upstream's "With same-day reviews" table: every row its --short --secs run
-    dataclasses.replace(_same_day("LSTM"), unsupported="the LSTM's own target hook builds the equalized "
-                        "day-table rows only; its every-secs-target run is not implemented yet"),
+    _same_day("LSTM"),  # tests the reviews after a day's first only, as upstream's (models/lstm.same_day_targets)
     *_fsrs7("same-day"),
     _same_day("LogisticRegression"),
     _same_day("MOVING-AVG"),

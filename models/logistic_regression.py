@@ -246,7 +246,7 @@ class LogisticRegression(Model):
         self.theta = np.zeros(N_FEATURES)
 
     @classmethod
-    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int) -> ReviewData:
+    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int, cfg=None) -> ReviewData:
         """Runner hook (once per user, before the split): the 34 inputs of every row, over the whole user as
         upstream computes them (a row's inputs read the card's earlier rows, which a test fold does not hold)."""
         # features() is feature-major already (pandas' block layout): the frame takes it without a copy

@@ -149,6 +149,24 @@ def _read_opt_npz(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, int]
     return m, v, step
 
 
+def same_day_targets(data: ReviewData, revlogs) -> LSTMData:
+    """The rows of upstream's same-day LSTM run (`--short --secs --duration`, not equalized), from the secs
+    pipeline's rows (`data`: no outlier filter, its lapse counts and `i`): upstream's LSTM feeds the forgetting
+    curve `elapsed_days`, and its target filter (delta_t > 0) then runs on those whole days, so same-day reviews stay
+    inputs and are never targets ("this also indirectly causes --no_train_on_same_day and --no_test_on_same_day",
+    upstream's LSTM feature code). This row tests fewer reviews than the rest of the same-day table: the reviews
+    after a day's first."""
+    from features import MIN_ROWS, NotEnoughData
+
+    lstm = attach_sequences(data, revlogs, secs=True)
+    rows = lstm.rows[lstm.rows["elapsed_days"].to_numpy() > 0].copy()
+    if len(rows) < MIN_ROWS:
+        raise NotEnoughData(f"only {len(rows)} evaluation reviews after filtering (need {MIN_ROWS})")
+    rows["delta_t"] = rows["elapsed_days"].to_numpy(np.float64)
+    return LSTMData(rows.reset_index(drop=True), lstm.seq_delta_t, lstm.seq_rating, lstm.seq_secs,
+                    lstm.seq_duration, None, None)
+
+
 # ----------------------------------------------------------------------------------------------- the Model
 
 class LSTM(NeuralModel):
@@ -167,11 +185,15 @@ class LSTM(NeuralModel):
         return "python pretrain.py --model LSTM --data PATH --users 9000-9099"
 
     @classmethod
-    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int) -> LSTMData:
-        """Runner hook (once per user, before the split): attach the LSTM's inputs and equalized rows."""
+    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int, cfg=None) -> LSTMData:
+        """Runner hook (once per user, before the split): attach the LSTM's inputs and equalized rows; with
+        --with_same_day, the targets of upstream's `--short --secs --duration` run instead (`same_day_targets`)."""
         from data_loader import load_revlogs
 
-        return attach_sequences(data, load_revlogs(root, user_id))
+        revlogs = load_revlogs(root, user_id)
+        if getattr(cfg, "with_same_day", False):  # `data` is the secs pipeline's (config.SECS_SAME_DAY_ONLY)
+            return same_day_targets(data, revlogs)
+        return attach_sequences(data, revlogs)
 
     def new_net(self):
         net = super().new_net()

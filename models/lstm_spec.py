@@ -46,14 +46,16 @@ class LSTMData(ReviewData):
                         self.extra_rows, self.full_review_th)
 
 
-def attach_sequences(data: ReviewData, revlogs: pd.DataFrame, max_seq_len: int = 64) -> LSTMData:
+def attach_sequences(data: ReviewData, revlogs: pd.DataFrame, max_seq_len: int = 64,
+                     secs: bool = False) -> LSTMData:
     """`data` (built by features.build_features with same-day histories) with the LSTM's per-position inputs and the
     equalized extra training rows. The sequence order is recomputed as features.py builds it (stable sort by card,
-    ratings 1–4, each card's first 2·max_seq_len reviews, same-day reviews kept) and checked against `data`."""
+    ratings 1–4, each card's first 2·max_seq_len reviews, same-day reviews kept) and checked against `data`.
+    `secs`: `data` is the secs pipeline's (its intervals fractional): no extra rows, `data`'s rows are the targets."""
     card = revlogs["card_id"].to_numpy(np.int64)
     rating = revlogs["rating"].to_numpy(np.int64)
     elapsed = revlogs["elapsed_days"].to_numpy(np.int64)
-    secs = revlogs["elapsed_seconds"].to_numpy(np.float64)
+    secs_col = revlogs["elapsed_seconds"].to_numpy(np.float64)
     duration = revlogs["duration"].to_numpy(np.float64) if "duration" in revlogs else np.zeros(len(revlogs))
     order = np.argsort(card, kind="stable")
     order = order[(rating[order] >= 1) & (rating[order] <= 4)]
@@ -63,10 +65,14 @@ def attach_sequences(data: ReviewData, revlogs: pd.DataFrame, max_seq_len: int =
     idx = np.arange(len(c))
     run_start = np.maximum.accumulate(np.where(starts, idx, 0))
     order = order[idx - run_start < 2 * max_seq_len]
-    if (len(order) != len(data.seq_delta_t) or not np.array_equal(np.maximum(elapsed[order], 0), data.seq_delta_t)
+    expected_dt = np.maximum(secs_col[order] / 86400.0, 0.0) if secs else np.maximum(elapsed[order], 0)
+    if (len(order) != len(data.seq_delta_t) or not np.array_equal(expected_dt, data.seq_delta_t)
             or not np.array_equal(rating[order], data.seq_rating)):
         raise ValueError("LSTM: the revlog sequences do not match the feature pipeline's (same-day histories "
                          "expected)")
+    if secs:
+        return LSTMData(data.rows, np.maximum(elapsed[order], 0).astype(data.seq_delta_t.dtype), data.seq_rating,
+                        np.maximum(secs_col[order] / 86400.0, 0.0), duration[order], None, None)
     c = card[order]
     starts = np.ones(len(c), dtype=bool)
     starts[1:] = c[1:] != c[:-1]
@@ -81,7 +87,7 @@ def attach_sequences(data: ReviewData, revlogs: pd.DataFrame, max_seq_len: int =
                                "delta_t": elapsed[order][sel].astype(np.float64),
                                "y": (rating[order][sel] > 1).astype(np.int64), "seq_start": seq_start[sel],
                                "seq_pos": sel - seq_start[sel]})
-    return LSTMData(data.rows, data.seq_delta_t, data.seq_rating, np.maximum(secs[order] / 86400.0, 0.0),
+    return LSTMData(data.rows, data.seq_delta_t, data.seq_rating, np.maximum(secs_col[order] / 86400.0, 0.0),
                     duration[order], extra_rows.sort_values("review_th", kind="stable").reset_index(drop=True),
                     np.sort(data.rows["review_th"].to_numpy()))
 

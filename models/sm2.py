@@ -142,7 +142,7 @@ class SM2(Model):
         self.cfg = cfg
 
     @classmethod
-    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int) -> ReviewData:
+    def restrict_targets(cls, data: ReviewData, root: Path, user_id: int, cfg=None) -> ReviewData:
         """Runner hook, called once per user before the split: the rows upstream evaluates for this model."""
         return restrict_to_joined_cards(data, root, user_id) if cls.UPSTREAM_CARD_JOIN else data
 

@@ -57,7 +57,8 @@ def _tested(cfg: RunConfig, root) -> list[int]:
     return sorted(int(x) for _, te in prep.folds for x in review_th[te])
 
 
-SAME_DAY = [r for r in table_rows.ROWS if r.table == "same-day"]
+# the LSTM's same-day row tests whole-day intervals only (upstream's; the test after the next)
+SAME_DAY = [r for r in table_rows.ROWS if r.table == "same-day" and r.algo != "LSTM"]
 DAY = [r for r in table_rows.ROWS if r.table == "day" and r.algo in {"FSRS-6", "FSRS-7", "DASH", "HLR", "AVG"}]
 
 
@@ -68,6 +69,20 @@ def test_every_same_day_row_tests_every_secs_target(row, root):
     cfg = table_rows.config_for(row, RunConfig(processes=1))
     assert cfg.short and cfg.secs and not cfg.equalize_mode
     assert _tested(cfg, root) == expected_test_review_th()
+
+
+def test_the_lstm_same_day_row_tests_the_reviews_after_a_days_first(root):
+    """upstream's LSTM feeds its forgetting curve elapsed_days, and its delta_t > 0 target filter then runs on whole
+    days: every review that is neither its card's first nor a same-day repeat (no outlier rule), the last
+    5·(n // 6) of them. By hand, per card: pattern 1 has 8 reviews, minus its first and the repeats on days 0 and 2:
+    5; pattern 2: 8 − 1 − 1 (day 5) = 6; pattern 3: 8 − 1 − 2 (days 1 and 11) = 5; pattern 4: 7 − 1 − 1 (day 6) = 5.
+    12 × 21 = 252 targets, the last 5·42 = 210 tested: fewer than the other same-day rows' 270."""
+    revlog = make_revlog(CARDS)
+    first = ~revlog["card_id"].duplicated().to_numpy()
+    targets = (np.flatnonzero(~first & (revlog["elapsed_days"].to_numpy() > 0)) + 1).tolist()
+    assert len(targets) == 252
+    cfg = table_rows.config_for(table_rows.BY_NAME["LSTM-short-secs-duration"], RunConfig(processes=1))
+    assert _tested(cfg, root) == targets[-210:]
 
 
 @pytest.mark.parametrize("row", DAY, ids=[r.name for r in DAY])
