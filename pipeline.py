@@ -83,9 +83,8 @@ def prepare_user(user_id: int, cfg: RunConfig, root: Path) -> PreparedUser | Use
         data = build_features(revlogs, fcfg, part, causal_inputs=causal)
         # Optional model hook: the targets upstream's code path for this model evaluates, chosen before the split
         # (e.g. SM2/Ebisu-v2 drop cards missing from the cards/decks tables; see models/sm2.py).
-        cls = models.model_class(cfg.algo)
-        restrict = getattr(cls, "restrict_targets", None)
-        if restrict is not None and not (fcfg.secs and getattr(cls, "restrict_targets_day_mode_only", False)):
+        restrict = getattr(models.model_class(cfg.algo), "restrict_targets", None)
+        if restrict is not None:
             data = restrict(data, root, user_id, cfg=cfg)
         if cfg.causal:
             folds = _causal_folds(cfg, fcfg, revlogs, part, data, causal)

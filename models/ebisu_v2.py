@@ -259,18 +259,20 @@ class EbisuV2(Model):
     name = "Ebisu-v2"
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional tnow, same-day quizzes and targets
     n_params = 0
-    UPSTREAM_CARD_JOIN = True  # reproduce upstream's cards/decks join + dropna (models/sm2.py)
-    # ... in day mode only: upstream's dropna that removes those cards runs inside create_features' day-mode (outlier
-    # filter) branch, so its --secs rows keep every card (as the newer upstream, which joins nothing, does always)
-    restrict_targets_day_mode_only = True
+    UPSTREAM_CARD_JOIN = True  # reproduce upstream's cards/decks join + dropna (models/sm2.py), in day mode only
 
     def __init__(self, cfg=None):
         self.cfg = cfg
 
     @classmethod
     def restrict_targets(cls, data: ReviewData, root: Path, user_id: int, cfg=None) -> ReviewData:
-        """Runner hook, called once per user before the split: the rows upstream evaluates for this model."""
-        return restrict_to_joined_cards(data, root, user_id) if cls.UPSTREAM_CARD_JOIN else data
+        """Runner hook, called once per user before the split: the rows upstream evaluates for this model. The
+        join is day mode's only: upstream's dropna that removes the missing cards runs inside create_features'
+        day-mode (outlier filter) branch, so its --secs rows keep every card (as the newer upstream, which joins
+        nothing, does always)."""
+        if not cls.UPSTREAM_CARD_JOIN or getattr(cfg, "secs_mode", False):
+            return data
+        return restrict_to_joined_cards(data, root, user_id)
 
     def fit(self, train: ReviewData) -> "EbisuV2":
         return self  # nothing to train
