@@ -72,7 +72,7 @@ def attach_sequences(data: ReviewData, revlogs: pd.DataFrame, max_seq_len: int =
                          "expected)")
     if secs:
         return LSTMData(data.rows, np.maximum(elapsed[order], 0).astype(data.seq_delta_t.dtype), data.seq_rating,
-                        np.maximum(secs_col[order] / 86400.0, 0.0), duration[order], None, None)
+                        expected_dt, duration[order], None, None)
     c = card[order]
     starts = np.ones(len(c), dtype=bool)
     starts[1:] = c[1:] != c[:-1]
