@@ -81,7 +81,7 @@ class RunConfig:
     max_seq_len: int = 64
     n_epoch: int = 5
     precision: str = ""  # the LSTM's compiled arithmetic, "float32" or "float64" ("": the model's default, float32)
-    trainer: str = "fast"  # fast: compiled full-sequence gradients (models/seq_engine.py); upstream: srs-benchmark's
+    trainer: str = "fast"  # fast: compiled full-sequence gradients (engine/seq_engine.py); upstream: srs-benchmark's
     torch_num_threads: int = 1
     raw: bool = False
     file: bool = False
@@ -303,7 +303,7 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
     p.add_argument("--trainer", choices=["fast", "autograd", "upstream"], default="fast",
                    help="fast: the upstream objective minimised with compiled one-pass-per-card gradients; "
                         "autograd: the same batches and steps, gradients by torch autograd through one pass per "
-                        "card (models/autograd_engine.py; models with torch step functions; suffix "
+                        "card (engine/autograd_engine.py; models with torch step functions; suffix "
                         "-autograd-trainer); "
                         "upstream: srs-benchmark's torch trainer (sorted-length batches of 512, randperm(2023) "
                         "order, best epoch), for comparison (suffix -upstream-trainer)")
@@ -331,7 +331,7 @@ def build_parser(description: str, default_algo: str, algo_choices: list[str] | 
                         "--batch-users users goes to the next free one (implies CUDA)")
     p.add_argument("--batch-users", dest="batch_users", type=int, default=argparse.SUPPRESS, metavar="K",
                    help="neural models: users whose fold fine-tunes are trained together in one batched pass "
-                        "(models/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
+                        "(neural/neural_batched.py); 1 on the CPU is the per-user path; K > 1 on the CPU runs the "
                         "batched path with --processes workers taking chunks (default: 64 on CUDA, 1 on the CPU)")
     return p
 

@@ -95,7 +95,7 @@ def _pool_context(cfg: RunConfig):
     models.create(cfg)  # imports the model's module (torch, numba kernels) without running anything
     if cfg.trainer == "fast":
         from models import fsrs6  # noqa: F401  (compiled kernels are loaded from numba's cache on first use)
-        from models.kernel_math import warm_numba
+        from engine.kernel_math import warm_numba
 
         warm_numba()  # numba's one-time set-up, once here rather than once per worker (FSRS-rs predicts with it)
     return multiprocessing.get_context("fork")

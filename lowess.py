@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from models.jit import ready
+from engine.jit import ready
 
 PW_BLOCKSIZE = 128  # numpy's pairwise-summation block (numpy/_core/src/umath/loops_utils.h.src)
 

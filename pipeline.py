@@ -246,11 +246,11 @@ def evaluate_user(user_id: int, cfg: RunConfig, root: Path) -> UserOutcome:
 
 
 def evaluate_chunk(users: list[int], cfg: RunConfig, root: Path, device: str = "cpu") -> list[UserOutcome]:
-    """evaluate_user's phases for several users of a model with a batched trainer (models/neural_batched.py): each
+    """evaluate_user's phases for several users of a model with a batched trainer (neural/neural_batched.py): each
     user is prepared and finished as alone, and every (user, fold) fine-tune runs in one batched pass on `device`.
     A user whose data fails is reported as evaluate_user reports it; if the batched pass itself fails, the chunk's
     users are run one by one on the per-user path."""
-    from models import neural_batched
+    from neural import neural_batched
 
     start = time.perf_counter()
     preps = [prepare_user(u, cfg, root) for u in users]

@@ -3,10 +3,10 @@
 Upstream's recipe (SB pretrain.py; spec models.md §2): the feature rows of users 1–500 are concatenated (in user
 order) and trained with the same Trainer as the per-user fine-tune for 32 epochs, lr 4e-2, weight decay 1e-4,
 batch 65,536 (the model's own optimizer: AdamW for GRU / GRU-P / Transformer, Adam for NN-17); the final weights are
-saved. Here the trainer is the one-pass-per-card trainer of models/neural_seq.py (`--trainer upstream`: training.py's
+saved. Here the trainer is the one-pass-per-card trainer of neural/neural_seq.py (`--trainer upstream`: upstream/training.py's
 per-target padded batches), and the file is pretrain/<model>[-short].pth, which fine-tuning loads for every user and
 fold, plus the same arrays in pretrain/<model>[-short].npz, which the torch-free default runs of GRU, GRU-P and
-NN-17 read (models/card_net.py). Initial weights: torch seed 42, then the model's own initialisation (orthogonal
+NN-17 read (neural/card_net.py). Initial weights: torch seed 42, then the model's own initialisation (orthogonal
 GRU weights, zero biases).
 
 Upstream pretrained on users 1–500 of anki-revlogs-10k, which overlap the evaluation users (spec §12.10). Real
@@ -33,7 +33,7 @@ has no GRU-P-short-secs file: its run falls back to the untrained initialisation
 (`python -m bench.simulate`, not `python bench/simulate.py`: numba's cache of that module is keyed to the package.)
 GRU-P, GRU-P-short and NN-17 were made before the GRU fine-tune loop was compiled in float64 (commit ea0f045; it
 stepped torch's float32 AdamW): rerunning those commands now gives weights that differ at rounding level and drift
-from there. The Transformer pretrains on its compiled kernel (float64; `--trainer upstream`: training.py's torch
+from there. The Transformer pretrains on its compiled kernel (float64; `--trainer upstream`: upstream/training.py's torch
 loop in float32, same recipe; the two agree to ~4e-5 after two epochs, and Adam's first steps, lr·g/(|g|+eps),
 amplify float32 rounding of near-zero gradient components, so 32 epochs differ by up to ~0.05 per weight).
 
@@ -50,7 +50,7 @@ intervals in days; "active" = days with a review / days spanned):
 The source per model was chosen by held-out Log Loss on the embedded users, each evaluated with weights pretrained
 WITHOUT it. Protocol (leave-one-out over embedded users 1-3; user 4 has too few reviews): for each held-out user u,
 pretrain on a source without u, then `SRS_BENCH_PRETRAIN_DIR=<folder of that file> python other.py --model M
---data data/embedded --users u --result-dir ...` ($SRS_BENCH_PRETRAIN_DIR: models/card_net.py pretrain_path);
+--data data/embedded --users u --result-dir ...` ($SRS_BENCH_PRETRAIN_DIR: neural/card_net.py pretrain_path);
 report the size-weighted mean Log Loss over the three (sizes 3,705 / 3,055 / 10, so user 3 hardly counts).
 "simulated" / "realistic" = the 20 users of /tmp/sim / /tmp/simr above (no embedded user in them, so one file
 serves all three); "embedded, leave-one-out" = the other embedded users only (the LSTM with 1000 Reptile steps):
@@ -92,7 +92,7 @@ import models
 from config import parse_users
 from data_loader import list_user_ids, load_revlogs, resolve_data_root
 from features import FeatureConfig, NotEnoughData, build_features
-from models import neural_seq
+from neural import neural_seq
 
 
 def load_cohort(root: Path, users: list[int] | None, short: bool, max_seq_len: int = 64, quiet: bool = False,

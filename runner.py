@@ -43,7 +43,7 @@ class RunSummary:
 
 def per_user_reason(cfg: RunConfig) -> str | None:
     """Why this run cannot use the batched trainer (None: it can)."""
-    from models import neural_batched
+    from neural import neural_batched
 
     if not neural_batched.supports(cfg.algo):
         return f"{cfg.algo} has no batched trainer ({', '.join(neural_batched.BATCHED)} do)"
@@ -69,7 +69,7 @@ VERSION_KEY = "model_sha1"  # a model file's result lines: the sha1 of the file 
 
 def model_version(cfg: RunConfig) -> str | None:
     """The content digest of a model file (`--model path/to/file.py`), None for a registered model."""
-    from models.own_model import file_version, is_model_path
+    from engine.own_model import file_version, is_model_path
 
     return file_version(cfg.algo) if is_model_path(cfg.algo) else None
 
@@ -80,7 +80,7 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
     Another run writing the same result file is a DataError (exit 2) before any work."""
     if cfg.scheduler and cfg.executor != "dask":
         raise DataError("--scheduler is for --executor dask")
-    from models.own_model import ModelFileError
+    from engine.own_model import ModelFileError
 
     try:
         cls = models.model_class(cfg.algo)

@@ -1,9 +1,9 @@
 """A first run compiles its kernels before its users, on all its workers at once, and says so.
 
-The models' compiled kernels are numba's, cached on disk (models/jit.py says where), so every run after the first
+The models' compiled kernels are numba's, cached on disk (engine/jit.py says where), so every run after the first
 loads them in milliseconds. The first run (a fresh clone, an edited model, a new machine) has to compile them, and
 left to itself each worker would compile every kernel its first user needs, all workers the same ones at the same
-time. Instead, before any user starts, the kernels are split into units (models/jit_cache.Unit: a model's lane kernel,
+time. Instead, before any user starts, the kernels are split into units (engine/jit_cache.Unit: a model's lane kernel,
 its trainer's and predictions' loops, or for a model without such units one run of the model on a small user of
 the embedded data set), which the workers compile side by side, the longest chain first (a kernel after its parts); the progress line reads
 "FSRS-6: compiling, first run only". A unit done once leaves a marker beside numba's cache, so later runs skip
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import models
 from config import EMBEDDED_DATA, RunConfig
-from models.jit_cache import Unit
+from engine.jit_cache import Unit
 
 TOY_USER = 3  # the embedded data set's smallest user with evaluated reviews for every row (224 raw reviews)
 
@@ -38,8 +38,8 @@ def _toy_run(cfg: RunConfig) -> None:
 
 
 def _source_tag(cfg: RunConfig) -> str:
-    """A model file's content digest (registered models: numba's cache folder already follows models/*.py)."""
-    from models.own_model import file_version, is_model_path
+    """A model file's content digest (registered models: numba's cache folder already follows their sources)."""
+    from engine.own_model import file_version, is_model_path
 
     return f" {file_version(cfg.algo)}" if is_model_path(cfg.algo) and Path(cfg.algo).is_file() else ""
 
@@ -76,7 +76,7 @@ def ici_unit() -> Unit:
 
 def _marker(unit: Unit) -> Path:
     """Beside numba's cache (without importing numba: the rows that need none start without it)."""
-    from models.jit_cache import folder
+    from engine.jit_cache import folder
 
     base = folder() or Path(tempfile.gettempdir()) / "srs-bench-cache"
     return base / "warm" / hashlib.sha1(unit.label.encode()).hexdigest()[:20]
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     import rows as table_rows
 
     p = argparse.ArgumentParser(description="Compile the kernels of table rows now, on all cores, into the compiled-"
-                                            "code cache (models/jit_cache.py), so that their runs start warm.",
+                                            "code cache (engine/jit_cache.py), so that their runs start warm.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--rows", default=None,
                    help="comma-separated rows, by result-file name (FSRS-6-default) or README name; default: every "

@@ -10,13 +10,13 @@ set. Each trainer fits it in this process with one torch thread; the time is the
 included where the model has one). "loss" is the mean BCE of the fitted weights on the held-out last 1/6, computed
 by the model itself, so equal trainers print equal losses.
 
-Trainers per model ("traced": the compiled engine on the plug-in models/traced.py generates from the same torch
+Trainers per model ("traced": the compiled engine on the plug-in engine/traced.py generates from the same torch
 functions, no hand-written gradient; its one-off numba compile is done by the warm-up, outside the timings):
-- FSRS-5, HLR: `--trainer autograd` (models/autograd_engine.py on the module's torch_init/step/curve), `--trainer
-  upstream` (training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
+- FSRS-5, HLR: `--trainer autograd` (engine/autograd_engine.py on the module's torch_init/step/curve), `--trainer
+  upstream` (upstream/training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
   default compiled engine (hand-written numba gradients: FSRS-5's step VJPs, HLR's per-card loss with its counts
   computed once per fit).
-- FSRS-6: its torch recurrence (models/fsrs6_torch.py TorchSteps) on the autograd engine, models/fsrs6.py
+- FSRS-6: its torch recurrence (upstream/fsrs6_torch.py TorchSteps) on the autograd engine, models/fsrs6.py
   with `--trainer upstream`, and FSRS-6's compiled engine plug-in (models/fsrs6_kernels.py).
 - SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation),
   on its traced plug-in (its default: torch's L-BFGS on the compiled loss and gradient), and over per-target
@@ -55,9 +55,9 @@ def trainers(name: str, train, test):
 
     if name == "FSRS-6":
         from models import fsrs6
-        from models.autograd_engine import AutogradEngine
+        from engine.autograd_engine import AutogradEngine
         from models.fsrs6 import CLIP_HI, CLIP_LO, SIGMA, FSRS6
-        from models.fsrs6_torch import TorchSteps
+        from upstream.fsrs6_torch import TorchSteps
 
         def autograd():  # FSRS6.fit's S0 initialisation, then the autograd engine
             from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
@@ -76,12 +76,12 @@ def trainers(name: str, train, test):
                 return lambda: model.predict(test)
             return run
 
-        def traced():  # the same fit as autograd(), on the plug-in generated from TorchSteps (models/traced.py)
+        def traced():  # the same fit as autograd(), on the plug-in generated from TorchSteps (engine/traced.py)
             import types
 
             from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
             from models.fsrs_init import initialize_s0
-            from models.traced import CompiledOwnEngine
+            from engine.traced import CompiledOwnEngine
 
             decay = DEFAULT_W[20]
             s0 = initialize_s0(train.rows, lambda t, s: forgetting_curve(t, s, decay), DEFAULT_W[:4], S_MIN)
@@ -104,8 +104,8 @@ def trainers(name: str, train, test):
     def traced():  # the compiled engine on the plug-in generated from the module's torch functions
         import importlib
 
-        from models.seq_engine import SeqEngine
-        from models.traced import compile_module
+        from engine.seq_engine import SeqEngine
+        from engine.traced import compile_module
 
         model = models.model_class(name)(RunConfig(algo=name))
         plugin = compile_module(importlib.import_module(model.kernels), n_w=len(model.default_w))

@@ -1,5 +1,5 @@
 """A lane model's loss and gradient over one fit's mini-batches: the scalar plug-in (one card at a time) against
-its lane kernel (models/fsrs6_lanes.py, fsrs_v4_lanes.py, fsrs_legacy_lanes.py: LANES cards side by side), paired
+its lane kernel (lane_kernels/fsrs6_lanes.py, fsrs_v4_lanes.py, fsrs_legacy_lanes.py: LANES cards side by side), paired
 in one process; with --fit, its whole 5-fold fit (the engine's Adam and objective passes, S0 not timed) with and
 without the lanes.
 
@@ -44,7 +44,7 @@ def user_folds(root: Path, user: int, algo: str, recency: bool):
 def user_cards(root: Path, user: int, algo: str = "FSRS-6", recency: bool = False):
     """(Cards of the last fold's training rows as the model trains on them, its default weights)."""
     from models.base import recency_weights
-    from models.seq_engine import training_cards
+    from engine.seq_engine import training_cards
 
     model, folds = user_folds(root, user, algo, recency)
     train, _ = folds[-1]
@@ -117,7 +117,7 @@ def compare_epoch(label: str, scalar_module, precompute, lanes_loss_grad, opts, 
                   pairs: int) -> None:
     """One epoch's batches (items[order[bnd[b]:bnd[b + 1]]], b < n_b) through the scalar plug-in's card loop and
     through the lane kernel: the lane slots run, the loss and gradient differences, the paired time per state."""
-    from models.lanes import LANES
+    from engine.lanes import LANES
 
     states = int(cards.c_n.sum())
     scalar = scalar_epoch_fn(scalar_module)
@@ -166,7 +166,7 @@ def scalar_plugin(kernels: str) -> str:
 
 def fit_pairs(args) -> None:
     """The 5-fold fit with and without the lanes, alternating (S0 fitted once per fold, outside the timing)."""
-    from models.seq_engine import SeqEngine
+    from engine.seq_engine import SeqEngine
 
     model, folds = user_folds(args.root, args.user, args.model, args.recency)
     lanes = model.engine

@@ -1,4 +1,4 @@
-"""Users per second of the batched neural path (`--batch-users K`, models/neural_batched.py: GRU-P, GRU, NN-17, LSTM,
+"""Users per second of the batched neural path (`--batch-users K`, neural/neural_batched.py: GRU-P, GRU, NN-17, LSTM,
 Transformer) vs the per-user path.
 
     python -m bench.bench_gpu --models GRU-P,GRU --users 16 --reviews 10000 --device cpu --batch-users 4,16

@@ -1,4 +1,4 @@
-"""The LSTM kernel's loss + gradient (models/lstm_kernels.lstm_cards_loss) against another copy of it, paired.
+"""The LSTM kernel's loss + gradient (neural/lstm_kernels.lstm_cards_loss) against another copy of it, paired.
 
     git worktree add --detach /tmp/lstm4-base main
     python bench/bench_lstm.py --base /tmp/lstm4-base --data /tmp/sim36 --users 19,10,27,5 --pairs 15
@@ -6,7 +6,7 @@
 For each user: its reviews with the LSTM's inputs (same-day histories), the fine-tune's rows, weights and card order
 (models/lstm.py finetune_rows, equalized_train) over the whole user, cut into the fine-tune's groups of ≈ BATCH
 targets; one "pass" is lstm_cards_loss (want gradient) on every group, from the pretrained weights. The base copy's
-kernel (`--base`: a checkout, e.g. a worktree of main, whose models/lstm_kernels.py is loaded under another module
+kernel (`--base`: a checkout, e.g. a worktree of main, whose neural/lstm_kernels.py is loaded under another module
 name; it imports the shared helpers from this checkout) and this checkout's are alternated `--pairs` times in one
 process, one thread, CPU time. Reported per user: rows, medians, every pair's old/new ratio, and how far the new
 loss and gradient are from the old (relative to the gradient's largest entry).
@@ -33,9 +33,10 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_fsrs6_lanes import paired_cpu, ratios_text  # noqa: E402
 from data_loader import load_revlogs  # noqa: E402
 from features import FeatureConfig, build_features  # noqa: E402
-from models import lstm, lstm_kernels  # noqa: E402
-from models.card_fit import group_bounds  # noqa: E402
-from models.card_net import CardSet, read_weights  # noqa: E402
+from models import lstm  # noqa: E402
+from neural import lstm_kernels
+from neural.card_fit import group_bounds  # noqa: E402
+from neural.card_net import CardSet, read_weights  # noqa: E402
 
 
 def load_base(base: Path):
@@ -80,7 +81,7 @@ def time_pass(fn, *args) -> float:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", type=Path, required=True, help="checkout with the old models/lstm_kernels.py")
+    ap.add_argument("--base", type=Path, required=True, help="checkout with the old neural/lstm_kernels.py")
     ap.add_argument("--data", type=Path, default=Path("/tmp/sim36"))
     ap.add_argument("--users", default="19,10,27,5")
     ap.add_argument("--pairs", type=int, default=15)

@@ -5,8 +5,8 @@
 
 For each model and trainer, every user is evaluated exactly as `other.py` does it (runner.evaluate_user: features,
 TimeSeriesSplit(5), one fine-tune per fold from the pretrained weights, predictions, metrics), in this process, with
-one thread (torch, numba, BLAS). `--trainer fast` is ours (models/neural_seq.py: groups of whole cards, one pass per
-card); `--trainer upstream` is srs-benchmark's trainer (training.py: per-target histories padded per batch of 512
+one thread (torch, numba, BLAS). `--trainer fast` is ours (neural/neural_seq.py: groups of whole cards, one pass per
+card); `--trainer upstream` is srs-benchmark's trainer (upstream/training.py: per-target histories padded per batch of 512
 sorted by length, the same network stepped by torch's nn.GRU), so the ratio isolates the training layout. Users
 default to simulated ones (bench/simulate.py, seeds --seed, --seed+1, ...; their cards run up to the 128-review cap,
 where one pass per card matters most). Reported: seconds per 100,000 raw reviews (wall and CPU; CPU time is the

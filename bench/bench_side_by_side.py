@@ -227,11 +227,11 @@ def compare_results(ours: Path, theirs: Path) -> str:
 
 
 def match_tie_order(upstream_python: str) -> str:
-    """Set our SRS_BENCH_TIE_ORDER to the tie order of upstream's environment (models/legacy_sort.py): numpy
+    """Set our SRS_BENCH_TIE_ORDER to the tie order of upstream's environment (upstream/legacy_sort.py): numpy
     1.26 → "cpu" (numpy 1.26 as it runs on this CPU), numpy 2.0–2.2 on an AVX-512 CPU → "published" (our default);
     anything else has no re-implementation here, and the rows that replay upstream's batches (ACT-R, DASH, HLR, ...)
     will differ. A value already set in the environment is kept. Returns a line saying what was chosen."""
-    from models.legacy_sort import TIE_ORDER_ENV
+    from upstream.legacy_sort import TIE_ORDER_ENV
 
     if TIE_ORDER_ENV in os.environ:
         return f"tie order: {os.environ[TIE_ORDER_ENV]} (from the environment)"

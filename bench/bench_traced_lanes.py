@@ -1,5 +1,5 @@
 """A traced model's loss and gradient over one fit's mini-batches, and its whole 5-fold fit: the scalar generated
-plug-in (one card at a time) against its lane form (models/traced_lanes.py, LANES cards side by side), paired in
+plug-in (one card at a time) against its lane form (engine/traced_lanes.py, LANES cards side by side), paired in
 one process (alternating, medians of CPU time).
 
     python bench/bench_traced_lanes.py [--model fsrs7] [--root /tmp/big45] [--user 1] [--pairs 7] [--fits 3]
@@ -53,9 +53,9 @@ def main() -> None:
     ap.add_argument("--fits", type=int, default=3)
     ap.add_argument("--recency", action="store_true")
     args = ap.parse_args()
-    from models.autograd_engine import Recipe
-    from models.seq_engine import SeqEngine, training_cards
-    from models.traced import compile_module
+    from engine.autograd_engine import Recipe
+    from engine.seq_engine import SeqEngine, training_cards
+    from engine.traced import compile_module
 
     mod = importlib.import_module(f"models.{args.model}")
     recipe = Recipe.from_dict(mod.RECIPE)

@@ -1,7 +1,7 @@
 """Writes tests/fixtures/numpy-avx512/argsort-numpy<version>.json: this numpy's np.argsort(keys, kind="quicksort")
 on an AVX-512 CPU, for the keys that `case_keys` builds (equal keys, few distinct values, history lengths, sorted and
 reversed runs; n up to 200,000). Run it with numpy 1.26 and with numpy 2.2 (2.0 and 2.1 give the same orders) on a
-CPU with AVX-512; tests/test_legacy_sort.py holds models/legacy_sort_avx512.py to both files.
+CPU with AVX-512; tests/test_legacy_sort.py holds upstream/legacy_sort_avx512.py to both files.
 
     /path/to/numpy-1.26-env/bin/python bench/tie_order_fixture.py
     /path/to/numpy-2.2-env/bin/python bench/tie_order_fixture.py

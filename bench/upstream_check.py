@@ -6,7 +6,7 @@
 For each model: `size` per user (must be equal) and Log Loss per user from the default (fast) trainer, from
 `--trainer upstream` (trainable models), from upstream's code run on a CPU without AVX-512
 (upstream-results-no-avx512.json, where recorded: the trainers that sort rows with numpy 1.26's quicksort, whose tie
-order is the CPU's; ours follow this CPU's, models/legacy_sort.py) and the published ones. Runs the real command line
+order is the CPU's; ours follow this CPU's, upstream/legacy_sort.py) and the published ones. Runs the real command line
 into a temporary result folder.
 """
 

@@ -2,7 +2,7 @@
 
 Adding a model is one file in this package plus one line here. The class is called with the run's `RunConfig`.
 A line without ":Class" ("SBD": "models.sbd") names a module written to the own-model contract (one torch file:
-DEFAULT_W, init/step/curve, ...; models/own_model.py), which the card-major autograd engine trains.
+DEFAULT_W, init/step/curve, ...; engine/own_model.py), which the card-major autograd engine trains.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 
 from models.base import InadequateData, Model, ReviewData
-from models.jit_cache import use_cache_folder
+from engine.jit_cache import use_cache_folder
 
-use_cache_folder()  # numba's disk cache of compiled kernels: this version's folder (models/jit_cache.py)
+use_cache_folder()  # numba's disk cache of compiled kernels: this version's folder (engine/jit_cache.py)
 
 REGISTRY: dict[str, str] = {
     "FSRS-7": "models.fsrs7:FSRS7",
@@ -35,7 +35,7 @@ REGISTRY: dict[str, str] = {
     "DASH[ACT-R]": "models.dash:DASHACTR",
     "ACT-R": "models.act_r:ACTR",
     "HLR": "models.hlr:HLR",
-    "SBD": "models.sbd",  # a one-file torch model (models/own_model.py's contract)
+    "SBD": "models.sbd",  # a one-file torch model (engine/own_model.py's contract)
     "SM2-trainable": "models.sm2_trainable:SM2Trainable",
     "Anki": "models.anki:Anki",
     "SM2": "models.sm2:SM2",
@@ -52,9 +52,9 @@ _OWN_CLASSES: dict[str, type] = {}
 
 
 def model_class(name: str) -> type:
-    """The class of a registered model, or of a model file (a path ending in .py, models/own_model.py). A registry
+    """The class of a registered model, or of a model file (a path ending in .py, engine/own_model.py). A registry
     entry without ":Class" names a module written to the own-model contract."""
-    from models import own_model
+    from engine import own_model
 
     if own_model.is_model_path(name):
         if name not in _OWN_CLASSES:

@@ -20,7 +20,7 @@ Quirks reproduced:
 - `state_dict` rounds to 4 decimals and upstream predicts with `Model(state_dict)`: the fitted weights (and the
   default/fallback ones) are rounded to 4 decimals.
 
-Engine plug-in (contract: models/seq_model_stub.py, custom-card form): one pass along the card computes the
+Engine plug-in (contract: engine/seq_model_stub.py, custom-card form): one pass along the card computes the
 activations m_1..m_{n−1} of the history reviews together with their derivatives with respect to a, c and h
 (forward mode: d_j depends on the parameters through m_j); each target then sums over its history once more with
 its own interval. O(n²) per card of n ≤ 128 reviews, computed once per card and pass.
@@ -80,10 +80,10 @@ from numba import njit
 from config import ACCEPTS_SECS
 from models.dash import round4, whole_days, with_max_seq_len
 from models.history_constants import SECONDS_PER_DAY
-from models.jit import inlined
-from models.kernel_math import bce, sigmoid
-from models.seq_model import SeqModel
-from models.vec_math import exp_table
+from engine.jit import inlined
+from engine.kernel_math import bce, sigmoid
+from engine.seq_model import SeqModel
+from engine.vec_math import exp_table
 
 # scratch columns per review k of the card: d_k, ∂d_k/∂a, ∂d_k/∂c, ∂d_k/∂h
 N_STATE = 4
@@ -318,7 +318,7 @@ class ACTR(SeqModel):
         self.w = round4(self.default_w)  # upstream's fallback / --dry weights go through state_dict too
 
     def torch_net(self, w_init, grad_mask):
-        from models.history_torch import ACTRNet
+        from upstream.history_torch import ACTRNet
 
         return ACTRNet(w_init, self.lower, self.upper, dtype=self.torch_dtype)
 

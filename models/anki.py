@@ -31,8 +31,8 @@ from __future__ import annotations
 from numba import njit
 
 from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
-from models.jit import inlined
-from models.seq_model import SeqModel
+from engine.jit import inlined
+from engine.seq_model import SeqModel
 
 N_STATE = 2
 S_MIN = 0.01

@@ -65,7 +65,7 @@ def column(rows: pd.DataFrame, name: str, dtype=None) -> np.ndarray:
 
 def recency_weights(n: int) -> np.ndarray:
     """0.25 + 0.75·x³ with x = linspace(0, 1, n): the oldest row weighs 0.25, the newest 1 (upstream's --recency).
-    Here, not in training.py, so that the compiled trainers use it without importing torch."""
+    Here, not in upstream/training.py, so that the compiled trainers use it without importing torch."""
     x = np.linspace(0, 1, n)
     return 0.25 + 0.75 * np.power(x, 3)
 
@@ -91,7 +91,7 @@ class Model:
         return None
 
     def compile_units(self) -> list:
-        """The compiled code this model's fits and predictions need, as independent units (models/jit_cache.Unit) that a
+        """The compiled code this model's fits and predictions need, as independent units (engine/jit_cache.Unit) that a
         first run compiles side by side before its users (warmup.py): by default its engine's (`self.engine`, when
         it has compile_units); [] for none, and then a first run warms it by running it on a small user."""
         units = getattr(getattr(self, "engine", None), "compile_units", None)

@@ -18,7 +18,7 @@ reverse cumulative sum of t_item[1:] (features/dash_engineer.py@00c9de57; other.
 Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length as len(tensor)):
 - DASH/DASH[MCM]'s tensor is the 8-feature vector, length 8 for every row, so NO training row is dropped for a long
   history, and the "sort by length" sorts equal keys: pandas' quicksort under upstream's numpy 1.26.4 PERMUTES the
-  time-ordered rows (models/legacy_sort.py; numpy >= 2 would leave them in place). The fast trainer replays exactly
+  time-ordered rows (upstream/legacy_sort.py; numpy >= 2 would leave them in place). The fast trainer replays exactly
   that: the rows in numpy 1.26's order, cut every 512, the batches in torch.randperm order (seed 2023), Adam with
   the cosine schedule, and the best of the full-set losses before every epoch and after the last (seq_engine's
   batching "length" with equal_lengths, sort_kind NUMPY126, check_every_epoch). `--trainer upstream` sorts its rows
@@ -31,13 +31,13 @@ Training quirks reproduced (fsrs_optimizer.BatchDataset measures a row's length 
   keeps an earlier epoch's weights): that rule alone gave 0.3589. Upstream's batches in time order instead of numpy
   1.26's permutation give 0.3585 / 0.3459 / 0.3475 (per user up to ±0.003): the permutation is worth reproducing,
   not noise. On the upstream-check users the published reference depends on it by up to 5e-4; in the published
-  results' tie order (the default, models/legacy_sort.py) every row here equals it to the 6th decimal.
+  results' tie order (the default, upstream/legacy_sort.py) every row here equals it to the 6th decimal.
 - DASH[ACT-R]'s tensor has one row per previous review: the usual ≤ max_seq_len filter.
 - DASH[ACT-R]'s `state_dict` rounds to 4 decimals, and upstream predicts with `Model(state_dict)`: the fitted
   (and the default, fallback) weights are rounded to 4 decimals. DASH's `state_dict` does not round.
 
 Engine plug-in: the features depend on the whole history, so each variant defines card_loss_grad / card_predict
-(contract: models/seq_model_stub.py). DASH's and DASH[MCM]'s features depend on the data alone: their
+(contract: engine/seq_model_stub.py). DASH's and DASH[MCM]'s features depend on the data alone: their
 `target_inputs` (window_inputs: per target an O(history) walk, 8 log1p) runs once per fit or prediction, and a pass
 is then 9 multiply-adds, a sigmoid and a BCE per target. DASH[ACT-R]'s sum depends on w1: per target an O(history)
 loop in every pass, over the ln Δ its target_inputs (actr_inputs) computed once.
@@ -58,10 +58,10 @@ from numba import njit
 from config import ACCEPTS_SECS
 from models.base import InadequateData, ReviewData
 from models.history_constants import ACTR_MIN_DELTA, MCM_TAU, WINDOWS
-from models.jit import inlined
-from models.kernel_math import bce, sigmoid
-from models.seq_engine import NUMPY126
-from models.seq_model import SeqModel
+from engine.jit import inlined
+from engine.kernel_math import bce, sigmoid
+from engine.seq_engine import NUMPY126
+from engine.seq_model import SeqModel
 
 N_STATE = 8
 # upstream compares its float32 Δ, clamped at 0.1, with 0.1 (a float32 0.1 in a float32 tensor): Δ ≤ float32(0.1)
@@ -311,7 +311,7 @@ def actr_card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out)
 
 def _kernel_namespace(variant: str, loss_grad, predict, inputs=None) -> str:
     """Expose one variant's kernels as the module `models.dash.kernels_<variant>` (what seq_engine.instantiate
-    imports by name); returns that name. inputs: its target_inputs (models/seq_model_stub.py), if any."""
+    imports by name); returns that name. inputs: its target_inputs (engine/seq_model_stub.py), if any."""
     name = f"{__name__}.kernels_{variant}"
     module = types.ModuleType(name, f"Engine kernels of {variant} (defined in {__name__}).")
     module.N_STATE = N_STATE
@@ -368,8 +368,8 @@ class DASH(SeqModel):
             w = self.engine.fit(w_init, train, with_max_seq_len(self.cfg, NO_ROW_LIMIT), lr=self.lr,
                                 batching="length", sort_kind=NUMPY126, equal_lengths=True, check_every_epoch=True)
         else:
-            import training
-            from models.history_torch import DASHNet, history_features
+            import upstream.training as training
+            from upstream.history_torch import DASHNet, history_features
 
             net = DASHNet(w_init, self.decay, history_features(train, self.decay), dtype=self.torch_dtype)
             # every row: one-review "histories" give every row the same sort key, which batch_sort's tie order
@@ -413,7 +413,7 @@ class DASHACTR(SeqModel):
         self.w = round4(self.default_w)  # upstream's fallback / --dry weights go through state_dict too
 
     def torch_net(self, w_init, grad_mask):
-        from models.history_torch import DASHACTRNet
+        from upstream.history_torch import DASHACTRNet
 
         return DASHACTRNet(w_init, self.lower, self.upper, dtype=self.torch_dtype)
 

@@ -8,9 +8,9 @@ Same-day reviews (t < 1) use the short-term update, whose growth factor is floor
 published srs-benchmark FSRS-6 (fsrs-optimizer after Dec 2025 and fsrs-rs 6.x floor it already for G >= 2; the two
 differ only on same-day Hard reviews).
 
-Two trainers: `--trainer upstream` runs the torch model of models/fsrs6_torch.py (float32, as upstream's PyTorch
+Two trainers: `--trainer upstream` runs the torch model of upstream/fsrs6_torch.py (float32, as upstream's PyTorch
 model does; the peers agree to ~1e-6); `--trainer fast` (default) trains the same equations in float64 through the
-general one-pass-per-card engine (models/seq_engine.py) with FSRS-6's plug-in (models/fsrs6_kernels.py): `fit`,
+general one-pass-per-card engine (engine/seq_engine.py) with FSRS-6's plug-in (models/fsrs6_kernels.py): `fit`,
 `predict` and `loss_and_grad` below are its functional API (also used by bench/bench_fsrs6.py). Predictions are the
 engine's float64 forward pass whichever trainer fitted the weights (and for FSRS-rs's weights too), so a default run
 never imports torch; upstream's float32 stabilities differ from them by ~1e-7 relative.
@@ -25,7 +25,7 @@ from models.base import Model, ReviewData, recency_weights  # noqa: F401 (recenc
 from models.fsrs6_kernels import (CLIP_HI, CLIP_LO, DEFAULT_W, FLOOR_GRADE, LR, N_PARAMS, S_MAX,  # noqa: F401
                                   S_MIN, SIGMA, forgetting_curve)
 from models.fsrs_init import SECS_S_MIN, initialize_s0
-from models.seq_engine import SeqEngine
+from engine.seq_engine import SeqEngine
 
 
 # ---------------------------------------------------------------------------------- the compiled (fast) trainer
@@ -95,7 +95,7 @@ def fit(w_init, sigma, train: ReviewData, cfg=None, method: str = "adam", seed: 
 
 def warmup() -> None:
     """Compile (or load from numba's cache) the engine's FSRS-6 kernels on a two-card toy set."""
-    from models.seq_engine import toy_data
+    from engine.seq_engine import toy_data
 
     data = toy_data()
     predict(DEFAULT_W, data)
@@ -146,8 +146,8 @@ class FSRS6(Model):
             return self
         import torch
 
-        import training
-        from models.fsrs6_torch import FSRS6Net
+        import upstream.training as training
+        from upstream.fsrs6_torch import FSRS6Net
 
         net = FSRS6Net(w_init, dtype=torch.float32)
         self.train_result = training.train(net, train, self.cfg, lr=LR, dtype=torch.float32)

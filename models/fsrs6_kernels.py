@@ -1,4 +1,4 @@
-"""FSRS-6's published constants and its plug-in for the general engine (contract: models/seq_model_stub.py).
+"""FSRS-6's published constants and its plug-in for the general engine (contract: engine/seq_model_stub.py).
 
 No torch here: the compiled trainer, fsrs_rs.py and the workers import this module alone. The torch model, the
 model class and the functional API (fit / predict / loss_and_grad through the engine) are in models/fsrs6.py.
@@ -27,7 +27,7 @@ pairs in one process, same data): a fused step and target (step_target, taking t
 from the step) ran loss and gradient at 0.92× (the fused loop's second copy of the inlined step and its record
 cost more than the log1p saved); copying each epoch's cards in visit order before training (no cache miss per
 array and card) 0.96–1.01×.
-Lanes (issue #19): the trainer's batches and its objective passes run on models/fsrs6_lanes.py (LANE_KERNELS below:
+Lanes (issue #19): the trainer's batches and its objective passes run on lane_kernels/fsrs6_lanes.py (LANE_KERNELS below:
 8 cards side by side, exp / log / log1p as vectorised arithmetic, branches as selects); the functions here still
 serve predictions, loss_and_grad, the tree and every batch the lanes refuse. Measured (paired, same process, CPU
 time; read that module's docstring for the kernel alone): the 45k user's 5-fold fit (Adam and its two objective
@@ -41,8 +41,8 @@ unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) 
 lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) identical to the scalar fit's (sizes,
 metrics, parameters; a build with the targets' adjoints in the forward pass moved one AUC by 7e-6, sim36 user 5's
 590 test rows: near-ties reorder); fitted weights within 3e-15 of the scalar fit's (45k user).
-FSRS v4, 4.5 and 5 joined with one lane kernel for their shared core (models/fsrs_v4_lanes.py; the packing and
-work items shared in models/lanes.py). FSRS-7 and SBD run code that models/traced.py generates from the model
+FSRS v4, 4.5 and 5 joined with one lane kernel for their shared core (lane_kernels/fsrs_v4_lanes.py; the packing and
+work items shared in engine/lanes.py). FSRS-7 and SBD run code that engine/traced.py generates from the model
 file; that generator would emit a lane form of the same straight-line code (it already computes both sides of every
 torch where, which maps onto selects) with vec_math's exp1 / log1 / log1p1 for the libm calls, plus the fused
 step_target the scalar engine uses. The engine's side (LANE_KERNELS, the LANE-BATCH section) is ready for both.
@@ -55,7 +55,7 @@ import math
 import numpy as np
 from numba import njit
 
-from models.jit import inlined
+from engine.jit import inlined
 
 # Defaults: per-parameter medians of per-user fits (fsrs-optimizer since 2025-06, fsrs-rs DEFAULT_PARAMETERS).
 DEFAULT_W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614,
@@ -72,8 +72,8 @@ LR = 4e-2  # Adam learning rate of both trainers
 FLOOR_GRADE = 3  # same-day growth floored at 1 from this grade up (published run); the engine's opts[0]
 
 N_PARAMS = 21
-# The trainer's batches run with cards side by side (models/fsrs6_lanes.py; the engine's LANE-BATCH section)
-LANE_KERNELS = "models.fsrs6_lanes"
+# The trainer's batches run with cards side by side (lane_kernels/fsrs6_lanes.py; the engine's LANE-BATCH section)
+LANE_KERNELS = "lane_kernels.fsrs6_lanes"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step)
 N_STATE = 9
 N_ADJ = 2  # only S and D carry adjoints
@@ -100,7 +100,7 @@ N_WC = 33
 
 def forgetting_curve(t, s, decay):
     """R(t, S) = (1 + F·t/S)^(−d), F = 0.9^(−1/d) − 1, so that R(S, S) = 0.9. Works on tensors and arrays (the S0 fit
-    of models/fsrs6.py, the torch model of models/fsrs6_torch.py; `curve` below is the plug-in's)."""
+    of models/fsrs6.py, the torch model of upstream/fsrs6_torch.py; `curve` below is the plug-in's)."""
     factor = 0.9 ** (-1.0 / decay) - 1.0
     return (1.0 + factor * t / s) ** (-decay)
 

@@ -42,7 +42,7 @@ round instead of a few per fit and point (the search was ~0.6 s of FSRS-7's ~0.7
 
 Training (RECIPE): Adam(lr 2e−2, betas (0.8, 0.85)), cosine annealing per batch, 8 epochs, batches of 1024 targets,
 the L2 prior 0.5·Σ((w − w_init)/σ)² (σ = SIGMA; 9999 for S0, i.e. free) scaled by B/N per batch, the final epoch's
-weights kept. It runs on the plug-in models/traced.py generates from this file: 8 epochs of one forward and one
+weights kept. It runs on the plug-in engine/traced.py generates from this file: 8 epochs of one forward and one
 reverse pass per card, each target fused with the step that reads the same state (its retention is that step's),
 and no full-loss pass at the start or the end (keep="last" reads no objective). `--recency`: row weights
 0.0667 + 0.9333·x^11.25, x = linspace(0, 1, N) over the training rows in time order (upstream's newest trainer;
@@ -75,13 +75,13 @@ What costs what (measured for issue #19; CPU time, one thread, shared machine, s
   rows' CPU-hours move by ~0.1-0.17 of their ~2 (10,000·Δa), within that noise.
 Tried and not kept (paired, same process): prefetching the next card's first review and target in the trainer (one
 or two cards ahead: old/new 0.90-1.10 over eight pairs, no clear gain); the pow guards removed (no change: the
-forward is not bound by them); exp as inline arithmetic (models/vec_math.exp1) in the scalar step, 218 -> 306 ns a
+forward is not bound by them); exp as inline arithmetic (engine/vec_math.exp1) in the scalar step, 218 -> 306 ns a
 step (slower: glibc's exp is ~5 ns a call, the polynomial a long dependent chain); four independent exps written
 side by side for LLVM's SLP vectoriser (not vectorised, 18.6 -> 38.6 ns per four); two cards' steps interleaved
 (slower: the step is throughput-bound, not latency-bound).
 Lanes (issue #19): the training batches now run 8 cards side by side on the lane form of the generated plug-in
-(models/traced_lanes.py; exp and log as vec_math's vectorisable arithmetic): loss and gradient 2.16x, the 5-fold
-fit 2.05x on the 45k user, results moved in the last bits only (models/traced.py's docstring, item 4).
+(engine/traced_lanes.py; exp and log as vec_math's vectorisable arithmetic): loss and gradient 2.16x, the 5-fold
+fit 2.05x on the 45k user, results moved in the last bits only (engine/traced.py's docstring, item 4).
 """
 
 from __future__ import annotations
@@ -405,14 +405,14 @@ def recipe(cfg=None) -> dict:
 
 
 def _engine(cfg=None, training: bool = False):
-    """The engine for this module: its generated compiled plug-in (models/traced.py), or the card-major autograd
-    engine (models/autograd_engine.py) with `--trainer autograd` or when tracing fails (one stderr line). A fit with
+    """The engine for this module: its generated compiled plug-in (engine/traced.py), or the card-major autograd
+    engine (engine/autograd_engine.py) with `--trainer autograd` or when tracing fails (one stderr line). A fit with
     --sched_penalties trains on the autograd engine (its penalty is a per-step Python term, which the compiled
     trainer's single loop cannot call; recipe_runs_compiled says "penalty") and predicts on the compiled one."""
     import sys
 
-    from models.autograd_engine import Recipe
-    from models.traced import engine_for
+    from engine.autograd_engine import Recipe
+    from engine.traced import engine_for
 
     chosen = recipe(cfg) if training else RECIPE
     return engine_for(sys.modules[__name__], recipe=Recipe.from_dict(chosen), trainer=getattr(cfg, "trainer", "fast"),

@@ -273,7 +273,7 @@ def penalties(w):
 
 def sched_penalty(w) -> tuple[float, np.ndarray]:
     """0.5·penalty1 + 0.0015·penalty2 of numpy weights and its gradient (forward mode, Dual): the term the trainer
-    adds per batch, scaled like the L2 prior (models/autograd_engine.Recipe.penalty)."""
+    adds per batch, scaled like the L2 prior (engine/autograd_engine.Recipe.penalty)."""
     w = np.asarray(w, dtype=np.float64)
     eye = np.eye(len(w))
     p1, p2 = penalties([Dual(float(x), eye[i]) for i, x in enumerate(w)])

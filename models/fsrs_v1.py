@@ -32,11 +32,11 @@ from numba import njit
 
 from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
 from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
-from models.jit import inlined
-from models.kernel_math import weights_then_s_min, weights_then_s_min_vjp
+from engine.jit import inlined
+from engine.kernel_math import weights_then_s_min, weights_then_s_min_vjp
 
-# The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
-LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v1"
+# The trainer's batches run with cards side by side (lane_kernels/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
+LANE_KERNELS = "lane_kernels.fsrs_legacy_lanes:lanes_loss_grad_v1"
 # State: S, D, lapses, then what the step computed for its reverse pass (read by step_vjp alone, never by a later
 # step or the curve): R and, recall: e^{w2}(D'+0.1)^{w3}S^{w4} and e^{w5(1−R)}; lapse: e^{w6·lapses}.
 N_STATE = 6
@@ -51,7 +51,7 @@ N_W = 7
 C_SMIN = 7
 
 
-# the engine contract's precompute: wc = w, then s_min (models/kernel_math.py)
+# the engine contract's precompute: wc = w, then s_min (engine/kernel_math.py)
 precompute, precompute_vjp = weights_then_s_min, weights_then_s_min_vjp
 
 

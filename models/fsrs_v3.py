@@ -14,7 +14,7 @@ step, since S ≥ 0.01 afterwards), clamps D inside both branches and S after th
 s_max = 36500. Training: no S0 initialisation, every row, Adam 4e-2 with cosine schedule, 5 epochs, batch 512,
 no L2 prior (weight decay is ignored by plain Adam).
 
-Lanes: the trainer's batches and objective passes of v1, v2 and v3 run on models/fsrs_legacy_lanes.py (8 cards side
+Lanes: the trainer's batches and objective passes of v1, v2 and v3 run on lane_kernels/fsrs_legacy_lanes.py (8 cards side
 by side, one kernel for the three versions; LANE_KERNELS in each module; fits 2-2.5x, result lines unchanged);
 these scalar kernels still serve predictions, loss_and_grad and any batch the lanes refuse.
 
@@ -30,15 +30,15 @@ import math
 from numba import njit
 
 from models.fsrs_init import SECS_S_MIN
-from models.jit import inlined
-from models.kernel_math import LEGACY_S_MIN, bce, weights_then_s_min, weights_then_s_min_vjp
-from models.seq_model import SeqModel
+from engine.jit import inlined
+from engine.kernel_math import LEGACY_S_MIN, bce, weights_then_s_min, weights_then_s_min_vjp
+from engine.seq_model import SeqModel
 
 S_MIN = LEGACY_S_MIN  # 0.01; upstream's --secs: 1e-4 (the plug-in's run-time option)
 S_MAX = 36500.0
 LN09 = math.log(0.9)
-# The trainer's batches run with cards side by side (models/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
-LANE_KERNELS = "models.fsrs_legacy_lanes:lanes_loss_grad_v3"
+# The trainer's batches run with cards side by side (lane_kernels/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
+LANE_KERNELS = "lane_kernels.fsrs_legacy_lanes:lanes_loss_grad_v3"
 # State: S, D, then what the step computed for its reverse pass (read by step_vjp alone, never by a later step or
 # the curve; the engine carries adjoints for S and D only). Recall: e^{w6}, S^{w7}, e^{w8(1−R)}; lapse: D'^{w10},
 # S^{w11}, e^{w12(1−R)}. The reverse pass reads them instead of computing the same expressions again.
@@ -55,7 +55,7 @@ N_W = 13
 C_SMIN = 13
 
 
-# the engine contract's precompute: wc = w, then s_min (models/kernel_math.py)
+# the engine contract's precompute: wc = w, then s_min (engine/kernel_math.py)
 precompute, precompute_vjp = weights_then_s_min, weights_then_s_min_vjp
 
 

@@ -8,14 +8,14 @@ State (S, D). First review: S = w[G−1], D = clamp(w4 − w5·(G−3), 1, 10). 
 v4's curve is R = (1 + t/(9S))^{−1}; FSRS-4.5's is (1 + (19/81)·t/S)^{−0.5}: both are (1 + F·t/S)^{−d}.
 Training (upstream): S0 fitted (§1.1) and then frozen, only rows with i > 2, no L2 prior.
 
-This module is the engine plug-in for v4 (numba kernels; contract in models/seq_model_stub.py) and the torch
+This module is the engine plug-in for v4 (numba kernels; contract in engine/seq_model_stub.py) and the torch
 step for the upstream-style trainer; `fsrs_v45.py` binds the same core with its own constants.
 
 Speed without a changed bit: the step keeps R and the exp/pow values of its branch in the state after S and D
 (N_ADJ = 2: only S and D carry adjoints), and the reverse step reads them instead of evaluating the same
 expressions again; a target's loss and its adjoint share one R (core_target_loss_vjp). FSRS-5 and v1-v3 do the
 same in their own modules; FSRS-6 (models/fsrs6_kernels.py) was written that way first.
-Lanes: the trainer's batches and objective passes of v4, 4.5 and 5 run on models/fsrs_v4_lanes.py (8 cards side
+Lanes: the trainer's batches and objective passes of v4, 4.5 and 5 run on lane_kernels/fsrs_v4_lanes.py (8 cards side
 by side, one kernel for the three versions; LANE_KERNELS below and in fsrs_v45.py / fsrs_v5.py); this core still
 serves predictions, loss_and_grad and any batch the lanes refuse.
 """
@@ -27,9 +27,9 @@ import math
 from numba import njit
 
 from models.fsrs_init import SECS_S_MIN, initialize_s0
-from models.jit import inlined
-from models.kernel_math import LEGACY_S_MIN, bce, weights_then_s_min, weights_then_s_min_vjp
-from models.seq_model import SeqModel
+from engine.jit import inlined
+from engine.kernel_math import LEGACY_S_MIN, bce, weights_then_s_min, weights_then_s_min_vjp
+from engine.seq_model import SeqModel
 
 S_MIN = LEGACY_S_MIN  # 0.01; upstream's --secs: 1e-4 (the plug-in's run-time option)
 S_MAX = 36500.0
@@ -43,8 +43,8 @@ X_E = 4  # e^{w10(1−R)} (recall) or e^{w14(1−R)} (lapse)
 X_SP = 5  # (S+1)^{w13} (lapse)
 X_E8 = 6  # e^{w8} (recall)
 
-# The trainer's batches run with cards side by side (models/fsrs_v4_lanes.py, one kernel for v4, 4.5 and 5)
-LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v4"
+# The trainer's batches run with cards side by side (lane_kernels/fsrs_v4_lanes.py, one kernel for v4, 4.5 and 5)
+LANE_KERNELS = "lane_kernels.fsrs_v4_lanes:lanes_loss_grad_v4"
 # The precomputed vector wc (precompute): wc[:17] = w, then s_min, the lower clamp of S (opts[0]: S_MIN in day mode,
 # upstream's --secs 1e-4), read by the steps as w[C_SMIN] (v4 and 4.5 alike)
 N_W = 17
@@ -58,7 +58,7 @@ DECAY_V4 = 1.0
 
 # ---------------------------------------------------------------------------------------- shared core (numba)
 
-# the engine contract's precompute: wc = w, then s_min (models/kernel_math.py)
+# the engine contract's precompute: wc = w, then s_min (engine/kernel_math.py)
 precompute, precompute_vjp = weights_then_s_min, weights_then_s_min_vjp
 
 

@@ -9,7 +9,7 @@ import models.fsrs_v4 as v4
 from models.fsrs_v4 import (N_ADJ, N_STATE, init, init_vjp, precompute,  # noqa: F401 (engine contract: v4's state,
                             precompute_vjp)  # first review and wc = w + s_min)
 
-LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v45"  # the trainer's batches: cards side by side
+LANE_KERNELS = "lane_kernels.fsrs_v4_lanes:lanes_loss_grad_v45"  # the trainer's batches: cards side by side
 FACTOR = 19.0 / 81.0
 DECAY = 0.5
 

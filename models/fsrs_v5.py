@@ -30,8 +30,8 @@ from models.fsrs_init import SECS_S_MIN, initialize_s0
 from models.fsrs_v4 import (X_E, X_P, X_R, X_SP, core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp,
                              hard_easy, lapse_stability, lapse_stability_vjp, recall_stability_vjp,
                              torch_power_curve)
-from models.jit import inlined
-from models.seq_model import SeqModel
+from engine.jit import inlined
+from engine.seq_model import SeqModel
 
 S_MIN = 0.01
 S_MAX = 36500.0
@@ -48,7 +48,7 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 
 
 # ---------------------------------------------------------------------------------------- FSRS-5 kernels (numba)
-# The engine plug-in (contract: models/seq_model_stub.py), written for speed without changing one bit of the result:
+# The engine plug-in (contract: engine/seq_model_stub.py), written for speed without changing one bit of the result:
 # `precompute` hoists the weight-only terms out of the per-review loop (once per mini-batch), and the state keeps,
 # after S and D, the transcendental values the step computed (R, the power and the exponential of its branch,
 # (S+1)^{w13}), so the reverse pass reads them instead of computing them again. Every value is produced by the
@@ -58,7 +58,7 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 # for FSRS-5 and 6 with run-time switches, recomputed R, S^{−w9}, D^{−w12}, (S+1)^{w13}, e^{w8}, e^{3 w5} and
 # e^{w17 w18} in the reverse pass, and R again for every target's adjoint).
 
-LANE_KERNELS = "models.fsrs_v4_lanes:lanes_loss_grad_v5"  # the trainer's batches: cards side by side
+LANE_KERNELS = "lane_kernels.fsrs_v4_lanes:lanes_loss_grad_v5"  # the trainer's batches: cards side by side
 N_STATE = 6  # S, D, then what the step kept for step_vjp (never read by a later step or the curve)
 N_ADJ = 2
 # X_R, X_P, X_E, X_SP: FSRS v4's slots (R before a long-term review, then its branch's values), shared with its

@@ -1,4 +1,4 @@
-"""GRU-P (297 parameters) and GRU (39 parameters): spec models.md §2.1–2.2, one pass per card (models/neural_seq.py).
+"""GRU-P (297 parameters) and GRU (39 parameters): spec models.md §2.1–2.2, one pass per card (neural/neural_seq.py).
 
 GRU-P (SB models/gru_p.py@00c9de57, features in other.py@00c9de57): a GRU(2→8) over the shifted sequence
 step k = (t_{k+1}, G_k) — the rating of review k paired with the interval after it; the last step's interval is the
@@ -12,16 +12,16 @@ card is run ONCE through the GRU over its first n_max steps and every target rea
 sequence (h after step n−1). A target whose last inputs differ from its card's step (none that features.py builds;
 e.g. a hand-edited delta_t) gets one GRU step of its own from the card's state after n−1 steps, so the result is
 upstream's per-target computation in every case. The GRU is nn.GRU's recurrence compiled with its gradient
-(models/gru_kernels.py); the per-target path `forward_batch` (models/gru_torch.py) runs torch's own nn.GRU upstream's
+(neural/gru_kernels.py); the per-target path `forward_batch` (neural/gru_torch.py) runs torch's own nn.GRU upstream's
 way, and the tests hold the two equal.
 
-What runs how (default: compiled trainer, one user per process, no torch): fit_cards (models/card_net.py) hands the
-whole fine-tune to one numba call (models/card_fit.py: per epoch the cards in torch.randperm order, cut into groups
+What runs how (default: compiled trainer, one user per process, no torch): fit_cards (neural/card_net.py) hands the
+whole fine-tune to one numba call (neural/card_fit.py: per epoch the cards in torch.randperm order, cut into groups
 of ≈ batch_size targets, one AdamW step per group); each group is one call of gru_kernels.gru_cards_loss, which runs
 the group's cards side by side in lockstep (vectorised over cards, vectorised exp/tanh) and returns the group's
 gradient; prediction runs the same kernel over groups of ≈ 16,384 targets. The fine-tune is ~90% of a GRU-P user's
 time (a 45,000-review user: 0.81 CPU s, of which prediction ~0.05 s, features and metrics ~0.15 s); there is no
-per-epoch evaluation pass (the final weights are kept, see models/neural_seq.py), so nothing is computed and thrown
+per-epoch evaluation pass (the final weights are kept, see neural/neural_seq.py), so nothing is computed and thrown
 away.
 
 GRU (SB models/rnn.py@6b652a99, `model_name == "GRU"`): a GRU(2→2) over the FSRS-style steps (t_k, G_k) (t_0 = 0),
@@ -32,8 +32,8 @@ pretrain/GRU-P.pth, pretrain/GRU-P-short.pth and pretrain/GRU.pth (made by pretr
 exact commands and data of the shipped files).
 
 This module is torch-free: each network's description (GRUPSpec, GRUSpec: flat parameter layout, features, head,
-optimizer) and its FlatNet twin, which the default run fine-tunes and predicts with (models/card_net.py). The torch
-modules (GRUPNet, GRUNet in models/gru_torch.py) inherit the same description; the upstream trainer, CUDA, batched
+optimizer) and its FlatNet twin, which the default run fine-tunes and predicts with (neural/card_net.py). The torch
+modules (GRUPNet, GRUNet in neural/gru_torch.py) inherit the same description; the upstream trainer, CUDA, batched
 users and pretrain.py use them.
 """
 
@@ -42,8 +42,8 @@ from __future__ import annotations
 import numpy as np
 
 from config import ACCEPTS_SECS
-from models.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel
-from models.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_cards_loss
+from neural.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel
+from neural.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_cards_loss
 
 DECAY = -0.5
 FACTOR = 0.9 ** (1 / DECAY) - 1  # 19/81: the FSRS-4.5 power curve, R(S, S) = 0.9
@@ -103,7 +103,7 @@ class GRUP(NeuralModel):
     name = "GRU-P"
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional intervals (weights pretrain/GRU-P-short-secs)
     first_run_seconds = 22  # its first run's compiling (warmup.py), measured in an empty cache
-    net_class = LazyClass("models.gru_torch:GRUPNet")
+    net_class = LazyClass("neural.gru_torch:GRUPNet")
     flat_class = GRUPFlat
     n_epoch = 16
 
@@ -112,6 +112,6 @@ class GRU(NeuralModel):
     name = "GRU"
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional intervals (weights pretrain/GRU-short-secs)
     first_run_seconds = 22  # its first run's compiling (warmup.py), measured in an empty cache
-    net_class = LazyClass("models.gru_torch:GRUNet")
+    net_class = LazyClass("neural.gru_torch:GRUNet")
     flat_class = GRUFlat
     n_epoch = 5

@@ -1,5 +1,5 @@
 """Upstream's constants of the whole-history models, below both of their halves: the compiled kernels
-(models/dash.py, models/act_r.py) and the torch modules of `--trainer upstream` (models/history_torch.py)."""
+(models/dash.py, models/act_r.py) and the torch modules of `--trainer upstream` (upstream/history_torch.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ BatchDataset measures a row's "history length" with len(tensor), so no training 
 max_seq_len = 64 and every row has the same sort key. Upstream's state_dict is the raw float list (no rounding).
 That constant key is sorted by pandas' quicksort under upstream's numpy 1.26.4, which PERMUTES the time-ordered rows
 (numpy >= 2 leaves them in place). The fast trainer replays upstream's training exactly (as DASH's, models/dash.py):
-the rows in numpy 1.26's order (models/legacy_sort.py), cut every 512, the batches in torch.randperm order, the best
+the rows in numpy 1.26's order (upstream/legacy_sort.py), cut every 512, the batches in torch.randperm order, the best
 of the full-set losses before every epoch and after the last. It used to train on shuffled whole-card batches and
 keep the better of the initial and final weights only: side by side with upstream's own January-2025 code on the
 36 simulated users (sizes equal), mean Log Loss HLR-short 0.5068 vs 0.5056 (worse on 21 users), HLR 0.3796 vs
@@ -32,13 +32,13 @@ together, card order): the gradient's summation order, hence every bit of the re
 items replayed cards. The upstream-style trainer
 (`--trainer upstream`, torch) sorts its rows the same way (SeqModel.batch_sort); `--trainer autograd` keeps the engine's whole-card batches.
 On the upstream-check users the fast trainer gives the published 0.306259 / 0.155947 in the default tie order
-(numpy 2.2 with AVX-512, the published results' environment: models/legacy_sort.py) and upstream's code run with
+(numpy 2.2 with AVX-512, the published results' environment: upstream/legacy_sort.py) and upstream's code run with
 numpy 1.26 without AVX-512 (0.298717 / 0.155615) in the "generic" one.
 
 Engine plug-in: the counts depend on the data alone, so `target_inputs` computes every target's √successes,
 √failures and elapsed time once per fit or prediction, and the card functions (card_loss_grad, card_predict)
 read them: a target costs one curve and one BCE, whatever its history. The torch functions (torch_init,
-torch_step, torch_curve: the counts as a recurrent state) serve `--trainer autograd` and models/traced.py.
+torch_step, torch_curve: the counts as a recurrent state) serve `--trainer autograd` and engine/traced.py.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from numba import njit
 
 from config import ACCEPTS_SECS
 from models.base import InadequateData, ReviewData
-from models.jit import inlined
-from models.kernel_math import bce
-from models.seq_engine import NUMPY126
-from models.seq_model import SeqModel
+from engine.jit import inlined
+from engine.kernel_math import bce
+from engine.seq_engine import NUMPY126
+from engine.seq_model import SeqModel
 
 LN2 = math.log(2.0)
 NO_LIMIT = 1 << 40  # max_seq_len that keeps every training row (upstream's len(tensor) == 2 for HLR)
@@ -155,10 +155,10 @@ def count_features(data: ReviewData) -> np.ndarray:
 
 
 def __getattr__(name: str):
-    """HLRNet (upstream's torch module, models/seq_torch.py) is importable from here, loaded with torch only when
+    """HLRNet (upstream's torch module, upstream/seq_torch.py) is importable from here, loaded with torch only when
     asked for."""
     if name == "HLRNet":
-        from models.seq_torch import HLRNet
+        from upstream.seq_torch import HLRNet
 
         return HLRNet
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -189,8 +189,8 @@ class HLR(SeqModel):
         elif trainer == "autograd":  # the autograd engine batches whole cards only
             w = self.engine.fit(w_init, train, cfg, lr=self.lr)
         else:
-            import training
-            from models.seq_torch import HLRNet
+            import upstream.training as training
+            from upstream.seq_torch import HLRNet
 
             net = HLRNet(w_init, count_features(train), dtype=self.torch_dtype)
             # every row gets the same nominal history length, as upstream's sort on len(tensor) == 2 sees them, and

@@ -62,8 +62,8 @@ from numba.extending import intrinsic
 
 from config import ACCEPTS_SECS, BUILTIN_FLAGS
 from models.base import Model, ReviewData
-from models.kernel_math import adam_step, cosine_lr
-from models.torch_rng import TorchGenerator
+from engine.kernel_math import adam_step, cosine_lr
+from upstream.torch_rng import TorchGenerator
 
 MEAN = [-0.9012, -0.6941, -0.6258, -0.4678, 0.3926, 0.1316, 0.3508, -0.3259, -0.2125, -0.1402, 1.2775, 0.0669,
         0.3914, 0.5828, 0.9292, 1.1583, 1.4103, 0.9388, 0.9164, 0.9797, -0.6411, 0.4951, 0.1038, -0.1564, 0.4332,
@@ -272,7 +272,7 @@ class LogisticRegression(Model):
     def fit(self, train: ReviewData) -> "LogisticRegression":
         """AdamW on θ over shuffled batches (RECIPE), compiled (`_adamw_epochs`): the gradient of Σ
         weight·BCE-with-logits is std·Xᵀ(weight·(σ(z) − y)), torch's formula; the shuffles are torch.randperm's on a
-        generator seeded 42 (models/torch_rng.py). Equal to the same loop in torch float64 to ~1e-12 (tests), ~100x
+        generator seeded 42 (upstream/torch_rng.py). Equal to the same loop in torch float64 to ~1e-12 (tests), ~100x
         faster than it for a 34-parameter model, and no torch import (~2 s per process)."""
         if self.cfg is not None and self.cfg.default:
             return self

@@ -29,8 +29,8 @@ batches; per pass a piecewise-linear lr 0.0019622 → 0.006455344 (5 warm-up pas
 16000^(1 − 1.2103); batch loss = mean(weight·BCE)·B^1.2103 + 0.000244·‖θ − θ_pretrained‖²; gradient norm clipped
 at 7050; the final weights. One pass per card: batches are groups of whole cards with ≈ 16,384 targets in one
 random card order (seed 2025; upstream shuffles the rows once with random_state 2025 and cuts batches of 16,384).
-Compiled (models/lstm_kernels.py): the network's forward and reverse pass, one of each per card, and the whole
-fine-tune of a fold in one numba call (models/card_fit.py with `finetune_recipe()`), because stepped in torch the
+Compiled (neural/lstm_kernels.py): the network's forward and reverse pass, one of each per card, and the whole
+fine-tune of a fold in one numba call (neural/card_fit.py with `finetune_recipe()`), because stepped in torch the
 fine-tune was the slowest row of the table (~47 s per 100k reviews). Predictions run on the same kernel. The
 network computes in float32 by default (PRECISION; upstream's torch LSTM is float32 too), the optimizer (AdamW
 state, clipping, master weights) in float64; `other.py --precision float64` runs the network in float64 (result
@@ -41,7 +41,7 @@ LogLoss and RMSE(bins) not at all. Whole runs (2 users, 28k raw reviews, one pro
 time of float64 (paired medians, 3 pairs). The torch path stays as the reference, in float64:
 `finetune(layout="cards")` is the same recipe stepped by torch.optim.AdamW (tests/test_lstm_compiled.py: equal to
 1e−8), `--trainer upstream` the same recipe over upstream's per-target padded batches. Profiled per part
-(models/lstm_kernels.py's docstring: where a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass,
+(neural/lstm_kernels.py's docstring: where a pass goes): the two LSTMs' forward and reverse ≈ 50–60% of a pass,
 sgemm ≈ 38% of the kernel's samples, the heads ≈ 17%; fewer passes over the rows, the heads' logits as independent
 sums with one exp for the pow, and the elementwise layers run flat took ≈ 0.94× per pass (same bits, P(recall)
 within 2e−16); the row's projection ≈ 31–33 CPU-hours (≈ 15.5–16.5 s per 100k raw reviews) against ≈ 34–36 for the
@@ -52,7 +52,7 @@ product: 1.115× per pass (paired in one process); the row's projection, old and
 28.3/25.2/27.9/28.6/27.3 → 25.4/26.6/22.2/25.5/24.5 CPU-hours (medians 27.9 → 25.4; paired ratios' median 1.12); the
 result lines of the embedded users and six sim36 users equal (Log Loss, RMSE(bins) to the printed digit, AUC within
 4e−6, sizes). A feature-major layout of the LSTMs (cards contiguous: by hand, with BLAS at explicit leading
-dimensions, or in step blocks) was measured 1.01–1.3× slower per call and not kept (models/lstm_kernels.py's
+dimensions, or in step blocks) was measured 1.01–1.3× slower per call and not kept (neural/lstm_kernels.py's
 docstring says why). Then FMA (numba's fastmath "contract", per function) and products that add onto their outputs
 (gemm with beta = 1: no zeroing, no bias or gradient passes): 1.12–1.15× and 1.04× per pass (paired in one process);
 the row's projection, main's and this back to back three times: 28.40/25.59/28.25 → 27.48/23.31/23.47 CPU-hours
@@ -98,9 +98,9 @@ carried flat from task to task); `reptile(compiled=False)` steps it in torch (th
 
 This module is torch-free: the model class, which picks the trainer, and the reading of LSTM_opt.npz (the inner
 optimizer's flat state). The data, the recipes, the network's description (LSTMSpec: flat layout of
-models/lstm_kernels.py, input standardisation, features) and its FlatNet twin, which the default run fine-tunes and
-predicts with (models/card_net.py) reading pretrain/LSTM.npz, are in models/lstm_spec.py (re-exported here), below
-the torch module: LSTMNet, the torch-stepped fine-tune layouts and Reptile, in models/lstm_torch.py.
+neural/lstm_kernels.py, input standardisation, features) and its FlatNet twin, which the default run fine-tunes and
+predicts with (neural/card_net.py) reading pretrain/LSTM.npz, are in neural/lstm_spec.py (re-exported here), below
+the torch module: LSTMNet, the torch-stepped fine-tune layouts and Reptile, in neural/lstm_torch.py.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ import numpy as np
 
 from config import BUILTIN_FLAGS
 from models.base import InadequateData, ReviewData
-from models.card_net import LazyClass, NeuralModel, pretrain_path
-from models.lstm_spec import (BATCH, BUFFERS, FINETUNE, INNER_BETAS, N_CURVES, N_HIDDEN, REPTILE,  # noqa: F401
+from neural.card_net import LazyClass, NeuralModel, pretrain_path
+from neural.lstm_spec import (BATCH, BUFFERS, FINETUNE, INNER_BETAS, N_CURVES, N_HIDDEN, REPTILE,  # noqa: F401
                               TORCH_NAMES, LSTMData, LSTMFlat, LSTMSpec, attach_sequences, equalized_train,
                               finetune_compiled, finetune_recipe, finetune_rows, inner_recipe, lstm_features,
                               piecewise_lr)
@@ -130,7 +130,7 @@ def read_opt_state(command: str) -> tuple[np.ndarray, np.ndarray, int] | None:
     if pth.exists():
         import torch
 
-        from models.lstm_torch import LSTMNet, flat_opt_state
+        from neural.lstm_torch import LSTMNet, flat_opt_state
 
         return flat_opt_state(LSTMNet(), torch.load(pth, map_location="cpu", weights_only=True))
     raise FileNotFoundError(f"pretrained optimizer state {pth} not found; make it with: {command}")
@@ -172,7 +172,7 @@ def same_day_targets(data: ReviewData, revlogs) -> LSTMData:
 class LSTM(NeuralModel):
     name = "LSTM"
     first_run_seconds = 70  # its first run's compiling (warmup.py), measured in an empty cache
-    net_class = LazyClass("models.lstm_torch:LSTMNet")
+    net_class = LazyClass("neural.lstm_torch:LSTMNet")
     flat_class = LSTMFlat
     builtin_flags = BUILTIN_FLAGS[name]  # its published mode, always on: secs, duration, equalized test rows
 
@@ -219,7 +219,7 @@ class LSTM(NeuralModel):
         if self.torch_free():
             finetune_compiled(self.net, data, self.opt_flat)
             return self
-        from models.lstm_torch import finetune
+        from neural.lstm_torch import finetune
 
         layout = "compiled" if getattr(self.cfg, "trainer", "fast") == "fast" else "targets"
         finetune(self.net, data, self.opt_state, layout)
@@ -229,7 +229,7 @@ class LSTM(NeuralModel):
     def pretrain_users(net, users: list[ReviewData], *, n_epoch: int, out: Path, log=print):
         """Reptile (n_epoch = outer steps); writes the inner optimizer state next to the weights (.pth, and its
         flat arrays as .npz for the torch-free runs)."""
-        from models.lstm_torch import reptile, save_opt_state
+        from neural.lstm_torch import reptile, save_opt_state
 
         state = reptile(net, users, n_epoch, log)
         save_opt_state(net, state, out.with_name(out.stem + "_opt.pth"))

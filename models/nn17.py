@@ -16,8 +16,8 @@ Fine-tune: Adam(lr 4e-2) (upstream BaseModel: no weight decay), 5 epochs, batch 
 Upstream runs the batch from an all-ones state and takes the first-review branch when the WHOLE state equals ones,
 which is step 0 of every sequence; here step 0 of a card is its first review.
 
-Compiled (models/nn17_kernels.py: the recurrence and its reverse pass in numba, one forward and one reverse pass
-per card): fit_cards runs the whole fine-tune in one call (models/card_fit.py, float64) and predict_cards one pass
+Compiled (neural/nn17_kernels.py: the recurrence and its reverse pass in numba, one forward and one reverse pass
+per card): fit_cards runs the whole fine-tune in one call (neural/card_fit.py, float64) and predict_cards one pass
 per group of cards. The training kernel is ~60% of a user's CPU time and bound by libm calls (a step is ~25 exp/
 log/tanh/pow calls forward). These changes cut it from 0.37 to ~0.15 CPU s on a 45k-review simulated user: the
 reverse pass reads what it needs again from the forward pass's record instead of recomputing it (0.31,
@@ -27,7 +27,7 @@ e^{−softplus}), come from one exp instead of up to four libm calls (nn17_kerne
 next step's reads that step's rw values instead of recomputing them (~0.15 CPU s, bit-identical).
 
 This module is torch-free: the description (NN17Spec: flat layout, features, clip box, optimizer) and its FlatNet
-twin, which the default run uses (models/card_net.py). The torch module NN17Net (models/nn17_torch.py:
+twin, which the default run uses (neural/card_net.py). The torch module NN17Net (neural/nn17_torch.py:
 `step`, `run`, `forward_batch`, `target_p`) inherits the same description and stays the reference path for the tests
 and `--trainer upstream`. Parameter names follow upstream's module names so its state dicts load unchanged.
 
@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel, card_first_mask
-from models.nn17_kernels import N_PARAMS, S_MIN, nn17_cards_loss
+from neural.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel, card_first_mask
+from neural.nn17_kernels import N_PARAMS, S_MIN, nn17_cards_loss
 
 INIT_S_MAX = 100.0
 SINC_W_LOWER = (-5.0, 0.0, -5.0)
@@ -98,6 +98,6 @@ class NN17Flat(NN17Spec, FlatNet):
 class NN17(NeuralModel):
     name = "NN-17"
     first_run_seconds = 12  # its first run's compiling (warmup.py), measured in an empty cache
-    net_class = LazyClass("models.nn17_torch:NN17Net")
+    net_class = LazyClass("neural.nn17_torch:NN17Net")
     flat_class = NN17Flat
     n_epoch = 5

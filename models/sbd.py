@@ -1,7 +1,7 @@
 """SBD, Stability–Brittleness–Difficulty (7 parameters; spec models.md §9): a memory model by andersschill
 (memory-model-benchmark-for-spaced-repetition), as upstream srs-benchmark runs it (models/sbd.py@28e255f4).
-Written to the own-model contract (models/own_model.py): torch init / step / curve, trained on the compiled engine
-through the plug-in models/traced.py generates from them (`--trainer autograd`: the card-major autograd engine);
+Written to the own-model contract (engine/own_model.py): torch init / step / curve, trained on the compiled engine
+through the plug-in engine/traced.py generates from them (`--trainer autograd`: the card-major autograd engine);
 registered as "SBD" in models/__init__.py.
 
 Parameters w = [L, H, k, α, c, v, log δ]. State after a review: (log S, g, n) — log stability, the review's grade
@@ -26,11 +26,11 @@ Cost (a 45k-review simulated user, its 5 folds, in-process CPU time, best of 5, 
 loss/gradient evaluations per fold (138 in all), each one compiled pass. A user used to cost ~0.86-1.05 s: 148
 passes over every training card (~4.7 ms each: the 138 the optimizer asks for, plus a start and an end objective
 per fold) ~70%, torch.optim.LBFGS's bookkeeping on 0-dim tensors ~20%. Now ~0.33-0.37 s (2.3-2.6x):
-- the passes run over a prefix tree of the training cards (models/prefix_tree.py, seq_engine_kernels'
+- the passes run over a prefix tree of the training cards (engine/prefix_tree.py, seq_engine_kernels'
   tree_loss_grad): a state depends on the card's reviews so far only, so every distinct review prefix is computed
   once and equal targets' weights are summed; 24,849 states become 9,863 nodes on this user's last fold (2.5x;
   3.0-4.5x on the embedded users), ~1.8 ms a pass, 0.25 s of the user; the trees built in 0.01 s in all;
-- the optimizer is torch's L-BFGS step for step in numpy (models/lbfgs.py; its two-loop recursion compiled):
+- the optimizer is torch's L-BFGS step for step in numpy (engine/lbfgs.py; its two-loop recursion compiled):
   0.02 s of the user, and its start and end objectives are evaluations it already made (10 passes fewer);
 - the rest (features, the 5 predictions, metrics) ~0.06 s.
 A small user (sim36, 590 test rows) went 0.07-0.09 → ~0.02 s, where torch's bookkeeping had been most of the cost.
@@ -39,8 +39,8 @@ The row's projection (bench_executors.py project, two paired runs) 4.84 / 4.90 �
 weights are those of the card loop and torch's optimizer up to rounding (raw weights within 1e-11;
 tests/test_prefix_tree.py, tests/test_lbfgs.py): rounded to 4 decimals, they and the predictions were bit-identical
 on the embedded and six sim36 users (result lines identical). torch is still imported once per process (~2 s):
-this file is traced from its torch functions (models/traced.py).
-The lanes of the traced plug-in (models/traced_lanes.py, issue #19) serve Adam's mini-batches only: this L-BFGS
+this file is traced from its torch functions (engine/traced.py).
+The lanes of the traced plug-in (engine/traced_lanes.py, issue #19) serve Adam's mini-batches only: this L-BFGS
 runs its passes over the prefix tree with the scalar functions, so SBD's fit is unchanged by them (a lane form of
 the tree would take the nodes of one depth side by side). Not done: a step's grade-independent part (the recall
 at t, both branches' S') is the same for siblings taken at the same time and could be shared (the generated step

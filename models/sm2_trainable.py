@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from models.fsrs_v3 import curve, curve_vjp, torch_curve  # noqa: F401 (the same 0.9^(t/S) prediction)
-from models.seq_model import SeqModel
+from engine.seq_model import SeqModel
 
 N_STATE = 3
 S_MIN = 0.01

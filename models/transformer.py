@@ -10,12 +10,12 @@ PER-TARGET WINDOWS [QUIRK]: upstream passes no padding mask, so the encoder and 
 to the zero-padded positions and a target's prediction depends on how far its batch is padded (training: batches of
 512 targets sorted by history length; prediction: the test rows in order, chunks of 8,192, each padded to its own
 longest history). Attention without a causal mask is not a recurrence either: no state along a card can be shared
-between its targets. So this model keeps upstream's layout in both trainers (training.py's sorted batches, then
+between its targets. So this model keeps upstream's layout in both trainers (upstream/training.py's sorted batches, then
 upstream's prediction chunks) and is not on the one-pass-per-card path.
 
 The two trainers:
 - `--trainer fast` (default): the same recipe compiled (`fit_compiled`, `predict_compiled`; the kernel is
-  models/transformer_kernels.py): one numba call per batch for the forward and reverse pass of every target (float64,
+  neural/transformer_kernels.py): one numba call per batch for the forward and reverse pass of every target (float64,
   the padded positions attending and attended to exactly as in torch), torch's AdamW + cosine schedule in numba
   (kernel_math), the batch order from torch_rng.TorchGenerator's randperm(2023), and the dropout masks torch's
   module draws (all ten sites, same generator, same order: `draw_masks`; emulated by torch_rng.BernoulliStream on AMD
@@ -25,7 +25,7 @@ The two trainers:
   (embedded users: Log Loss equal to the 6th decimal, one user 1e-6 apart; 36 simulated users: every user within
   1e-6; AUC within 0.001 except one 255-review user, 0.012, whose predictions take ~20 distinct values, so
   float32's ties and float64's near-ties order differently) and the evaluation
-  passes of training.py, which the kept-final rule makes moot (only the all-NaN "diverged" error depends on them,
+  passes of upstream/training.py, which the kept-final rule makes moot (only the all-NaN "diverged" error depends on them,
   checked when the final weights evaluate NaN). With no padding masks the cost is O(B·L²) per batch; without dropout
   (prediction, the divergence check) a target's padded positions are identical and processed once, so upstream's
   prediction chunks cost O(n²) per target of history n, not O(L²) of the chunk's longest. (In training the padded
@@ -36,7 +36,7 @@ The two trainers:
   stayed equal. Re-applied and measured again (issue #19, with the cross-attention exps by exp_nonpos): about
   even on the windows users have, training 0.91x on a mean-10-window user but 1.04-1.06x on a 45k-review user's
   mean-6 windows, projection unchanged within noise; so not worth moving AUC for, and kept out.) The default path imports no torch on AMD CPUs (the
-  module lives in models/transformer_torch.py); its dropout masks come from torch_rng.BernoulliStream's compiled
+  module lives in neural/transformer_torch.py); its dropout masks come from torch_rng.BernoulliStream's compiled
   twister.
   Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU with
   the written-out torch forward, 10.3 s once compiled (the kernel ≈ 5 s, the masks ≈ 3.7 s by numpy's generator);
@@ -46,7 +46,7 @@ The two trainers:
   per-position work of the many short-history batches: ≈ 78% of the training targets have windows under 8), the
   masks ≈ 1.2 s, prediction and the divergence check ≈ 0.6 s, start-up and the shared pipeline the rest.
   Then (issue #19) training batches of windows up to 20 run with their targets side by side
-  (models/transformer_lanes.py: the same operations per target, vectorised across targets; ~2× a batch at windows
+  (neural/transformer_lanes.py: the same operations per target, vectorised across targets; ~2× a batch at windows
   up to 11, 1.1-1.7× at 12-20): predictions equal to ~5e-16 relative, Log Loss and RMSE(bins) equal to 1e-16 on the
   embedded and 6 sim36 users, AUC moved only through near-ties (largest 3e-5 embedded and on 6 sim36 users,
   3e-4 on a 45k-review user; accepted for the speed: upstream's float32 torch orders such near-ties its own
@@ -75,14 +75,14 @@ The two trainers:
   within 1e-9 relative; AUC moving only through near-ties (its largest move reported on the embedded users,
   sim36 1-12 and the 45k-review user); predictions for fixed weights equal within 1e-12 relative; the kernels
   still equal to torch autograd in float64 (tests/test_transformer_compiled.py). float32 stays out (it moves Log
-  Loss digits). Under it (models/transformer_lanes.py has the kernel-level numbers): the lane kernel's
+  Loss digits). Under it (neural/transformer_lanes.py has the kernel-level numbers): the lane kernel's
   cross-attention exps by exp_nonpos1 across the lanes, its head's two pow calls as 1/√base and p/base, and
   training windows up to 31 (was 20) in the lane kernel. The lane kernel only trains (and evaluates for the
   divergence check), so predictions for fixed weights are bit-identical (the prediction path is unchanged).
   Against before, unrounded metrics: every size equal; Log Loss within 2.9e-16 and RMSE(bins) within 3.5e-16
   relative; AUC moves at most 1.7e-5 on the embedded users, 1.8e-4 on sim36 1-12 (users 5 and 6; the others
   <= 7.2e-5), 3.9e-7 on the 45k-review user.
-- `--trainer upstream`: nn.Transformer itself (models/transformer_torch.py) trained by training.py (neural_seq.
+- `--trainer upstream`: nn.Transformer itself (neural/transformer_torch.py) trained by upstream/training.py (neural_seq.
   fit_upstream), in float32 as upstream. (`transformer_forward`, the module's forward written out with the
   attention as broadcast products, is the torch reference the tests hold the kernel to.)
 """
@@ -94,12 +94,12 @@ import math
 import numpy as np
 
 from models.base import ReviewData, recency_weights
-from models.card_net import SHUFFLE_SEED, TORCH_SEED, FlatNet, LazyClass, NeuralModel
-from models.kernel_math import adam_step, cosine_lr
-from models.target_batches import check_diverged, pad_histories, target_batches
-from models.torch_rng import BernoulliStream, TorchGenerator, portable_bernoulli
-from models.transformer_kernels import D_NF, DROPOUT, FC, KEEP_SCALE, PARAMS, batch_loss
-from models.transformer_lanes import LANES_MAX_WINDOW, batch_loss_lanes, lane_masks, no_dropout
+from neural.card_net import SHUFFLE_SEED, TORCH_SEED, FlatNet, LazyClass, NeuralModel
+from engine.kernel_math import adam_step, cosine_lr
+from upstream.target_batches import check_diverged, pad_histories, target_batches
+from upstream.torch_rng import BernoulliStream, TorchGenerator, portable_bernoulli
+from neural.transformer_kernels import D_NF, DROPOUT, FC, KEEP_SCALE, PARAMS, batch_loss
+from neural.transformer_lanes import LANES_MAX_WINDOW, batch_loss_lanes, lane_masks, no_dropout
 
 PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
 
@@ -108,7 +108,7 @@ PREDICT_BATCH = 8192  # upstream's Collection.batch_predict
 
 def mask_shapes(length: int, batch: int) -> list[tuple[int, ...]]:
     """The shapes of the ten tensors nn.Transformer's forward drops out, in its order, for src [length, batch, 2]
-    and a one-token target (models/transformer_kernels.py names the sites)."""
+    and a one-token target (neural/transformer_kernels.py names the sites)."""
     L, B = length, batch
     return [(B, 2, L, L), (L, B, 2), (L, B, 2), (L, B, 2), (B, 2, 1, 1), (1, B, 2), (B, 2, 1, L), (1, B, 2),
             (1, B, 2), (1, B, 2)]
@@ -149,7 +149,7 @@ def kernel_batch(theta: np.ndarray, t: np.ndarray, g: np.ndarray, lengths: np.nd
                  lanes_eval: bool = False) -> tuple[float, np.ndarray]:
     """(Σ weight·BCE, P(recall)) of one padded batch (t, g [L, B]; lengths: the real history lengths) by the
     compiled kernel; `masks` (kernel_masks) switch training mode on; `grad` (len N_PARAMS) receives the gradient
-    added to it. Training windows up to LANES_MAX_WINDOW run in the lane kernel (models/transformer_lanes.py);
+    added to it. Training windows up to LANES_MAX_WINDOW run in the lane kernel (neural/transformer_lanes.py);
     `lanes_eval` sends evaluation (no masks) there too, its padded positions processed one by one (the same values
     up to rounding; not for predictions, whose near-ties a rounding change reorders)."""
     p = np.empty(t.shape[1])
@@ -207,7 +207,7 @@ def evaluates_finite(theta: np.ndarray, input_max: float) -> bool:
 def fit_compiled(net, data: ReviewData, cfg, *, n_epoch: int, lr: float | None = None) -> None:
     """neural_seq.fit_upstream's recipe by the compiled kernel, in float64, on `net`'s weights (a TransformerFlat,
     or the torch module on the torch paths: anything with theta/set_theta/lr/wd): upstream's padded target batches
-    (models/target_batches.py), their order by torch.randperm on a generator seeded 2023 every epoch
+    (upstream/target_batches.py), their order by torch.randperm on a generator seeded 2023 every epoch
     (torch_rng.TorchGenerator), the dropout masks torch draws after torch.manual_seed(42) batch by batch
     (draw_masks), torch's AdamW(lr, weight_decay=net.wd) update and CosineAnnealingLR(T_max = batches·epochs)
     (kernel_math); the FINAL weights are kept. training.train would also evaluate the training set before every
@@ -265,11 +265,11 @@ def predict_compiled(net: "TransformerFlat", data: ReviewData, chunk: int = PRED
 
 def train_windows(net, data: ReviewData, cfg, *, n_epoch: int, compiled: bool, lr: float | None = None) -> None:
     """Upstream's recipe on its per-target windows, the final weights: by the kernel (`fit_compiled`) or by
-    training.py's torch loop (`fit_upstream`: the written-out forward or nn.Transformer itself, as `net` says)."""
+    upstream/training.py's torch loop (`fit_upstream`: the written-out forward or nn.Transformer itself, as `net` says)."""
     if compiled:
         fit_compiled(net, data, cfg, n_epoch=n_epoch, lr=lr)
     else:
-        from models.neural_seq import fit_upstream
+        from neural.neural_seq import fit_upstream
 
         fit_upstream(net, data, cfg, n_epoch=n_epoch, lr=lr)
 
@@ -292,7 +292,7 @@ class TransformerFlat(FlatNet):
 class Transformer(NeuralModel):
     name = "Transformer"
     first_run_seconds = 25  # its first run's compiling (warmup.py), measured in an empty cache
-    net_class = LazyClass("models.transformer_torch:TransformerNet")
+    net_class = LazyClass("neural.transformer_torch:TransformerNet")
     flat_class = TransformerFlat
     n_epoch = 5
 
@@ -319,7 +319,7 @@ class Transformer(NeuralModel):
     def predict(self, test: ReviewData) -> np.ndarray:
         if self.compiled:
             return predict_compiled(self.net, test)
-        from models.transformer_torch import predict_windows
+        from neural.transformer_torch import predict_windows
 
         return predict_windows(self.net, test)
 
@@ -328,7 +328,7 @@ class Transformer(NeuralModel):
                     max_seq_len: int, short: bool, trainer: str = "fast"):
         """Upstream's pretraining on per-target windows (sorted batches of batch_size), final weights, on the torch
         module `net`: by the compiled kernel (trainer "fast": fit_compiled in float64 on the module turned double,
-        ~16x faster; pretrain.py saves float32) or by training.py's torch loop (any other trainer)."""
+        ~16x faster; pretrain.py saves float32) or by upstream/training.py's torch loop (any other trainer)."""
         from config import RunConfig
 
         net.wd = wd

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import training
+import upstream.training as training
 
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
@@ -24,7 +24,7 @@ CHECK = Path(__file__).resolve().parent / "fixtures" / "upstream-check"
 UPSTREAM = json.loads((CHECK / "upstream-results.json").read_text())
 
 # Upstream's trainers sorted training rows by history length with numpy's unstable quicksort, whose tie order
-# depends on the numpy version and the CPU (models/legacy_sort.py); which rows share a batch decides the trained
+# depends on the numpy version and the CPU (upstream/legacy_sort.py); which rows share a batch decides the trained
 # weights. UPSTREAM came from numpy 2.0-2.2 on an AVX-512 CPU, the default order ("published", tests/conftest.py):
 # the trainers that replay upstream's batches equal it. UPSTREAM_NO_AVX512 is upstream's code run with numpy 1.26
 # on a CPU without AVX-512 ("generic"). See fixtures/upstream-check/README.md.

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from models.legacy_sort import TIE_ORDER_ENV
+from upstream.legacy_sort import TIE_ORDER_ENV
 
-# the published results' tie order (numpy 2.2 on an AVX-512 CPU; models/legacy_sort.py), the default, pinned so that
+# the published results' tie order (numpy 2.2 on an AVX-512 CPU; upstream/legacy_sort.py), the default, pinned so that
 # a developer's own SRS_BENCH_TIE_ORDER cannot change what the tests hold; set before any worker process starts
 os.environ[TIE_ORDER_ENV] = "published"
 

@@ -10,7 +10,7 @@ import math
 
 from numba import njit
 
-from models.kernel_math import bce
+from engine.kernel_math import bce
 
 N_STATE = 2
 N_ADJ = 1

@@ -13,8 +13,8 @@ from check_users import engine_vs_torch
 from config import RunConfig
 from models.act_r import ACTR, N_LOG_DAYS
 from models.base import ReviewData
-from models.history_torch import ACTRNet
-from models.seq_engine import Cards, SeqEngine, time_order, training_cards
+from upstream.history_torch import ACTRNet
+from engine.seq_engine import Cards, SeqEngine, time_order, training_cards
 
 
 def test_shared_items_cover_the_same_targets_per_batch(user8):
@@ -66,7 +66,7 @@ def test_exp_table_within_one_ulp_of_libm():
 
     from numba import njit
 
-    from models.vec_math import exp_table
+    from engine.vec_math import exp_table
 
     @njit
     def both(x, a, b):
@@ -118,7 +118,7 @@ def test_exp_table_entries_are_the_nearest_doubles_to_two_to_the_i_over_128():
     """The table (powers of one 2^(1/128) in 60-digit decimals) against each entry's own 50-digit exp(i·ln2/128)."""
     from decimal import Decimal, localcontext
 
-    from models.vec_math import _EXP2_TABLE_BITS
+    from engine.vec_math import _EXP2_TABLE_BITS
 
     with localcontext() as ctx:
         ctx.prec = 50
@@ -130,7 +130,7 @@ def test_shared_items_by_chunk_then_target_as_the_lexsort():
     """share_card_prefixes' ordering (seq_engine._by_chunk_then_target: a scatter and a 16-bit radix sort when the
     targets are all of them once) against np.lexsort((targets, chunk)): a permutation cut into batches of 7, an
     empty one, and a subset with a repeated target (where it falls back to the sort)."""
-    from models.seq_engine import _by_chunk_then_target
+    from engine.seq_engine import _by_chunk_then_target
 
     rng = np.random.default_rng(11)
     for n in (0, 1, 50, 3001):
@@ -148,7 +148,7 @@ def test_shared_items_by_chunk_then_target_as_the_lexsort():
 
 def test_batch_permutations_are_torch_randperms_of_one_generator():
     """seq_engine.batch_permutations (cached per size) draws what one torch generator seeded 2023 draws."""
-    from models.seq_engine import batch_permutations
+    from engine.seq_engine import batch_permutations
 
     g = torch.Generator().manual_seed(2023)
     expected = [torch.randperm(13, generator=g).numpy() for _ in range(4)]

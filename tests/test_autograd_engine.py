@@ -1,4 +1,4 @@
-"""The card-major autograd engine (models/autograd_engine.py) against the compiled engine (models/seq_engine.py) on
+"""The card-major autograd engine (engine/autograd_engine.py) against the compiled engine (engine/seq_engine.py) on
 every engine plug-in that carries torch step functions: the same predictions, loss and gradient at any weights (an
 independent implementation: hand-written numba VJPs vs torch autograd), the same weights after a short fit, and the
 same Log Loss for a whole run (`--trainer autograd` vs the default). Plus the recipe options (keep last, AdamW,
@@ -17,7 +17,7 @@ import torch
 import models
 from check_users import CHECK, check_features
 from config import RunConfig
-from models.autograd_engine import AutogradEngine, Recipe
+from engine.autograd_engine import AutogradEngine, Recipe
 from models.base import ReviewData
 from runner import read_results, run
 
@@ -183,7 +183,7 @@ def test_cuda_predictions_equal_the_cpu_ones():
 def test_fsrs6_torch_functions_equal_its_compiled_plug_in():
     from models import fsrs6
     from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, SIGMA
-    from models.fsrs6_torch import TorchSteps
+    from upstream.fsrs6_torch import TorchSteps
 
     auto = AutogradEngine(TorchSteps, CLIP_LO, CLIP_HI)
     data = check_features(8, True)
@@ -209,8 +209,8 @@ def test_sweep_gradient_equals_the_taped_one(name):
     """The default gradient (no-tape forward, wide per-element Jacobians, numpy adjoint sweep) against plain autograd
     through the time loop, on mini-batch-sized card sets: FSRS-5 (2 live state components), SBD (log S live, its
     grade index and brittleness count carry no gradient), HLR (no live component)."""
-    from models.autograd_engine import _CardBatch, _card_targets
-    from models.seq_engine import Cards
+    from engine.autograd_engine import _CardBatch, _card_targets
+    from engine.seq_engine import Cards
 
     model = _model(name)
     module = importlib.import_module(model.kernels) if name != "SBD" else model.module

@@ -141,7 +141,7 @@ def test_compare_results_reports_means_and_the_worst_user(tmp_path):
 def test_tie_order_follows_upstreams_numpy(numpy_says, expected, tmp_path, monkeypatch):
     """Our SRS_BENCH_TIE_ORDER is set to the order of upstream's numpy (asked through its interpreter): 1.26 as it
     runs on this CPU, 2.0-2.2 with AVX-512 the published order; others have no re-implementation and say so."""
-    from models.legacy_sort import TIE_ORDER_ENV
+    from upstream.legacy_sort import TIE_ORDER_ENV
 
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\necho {numpy_says}\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.seq_engine import card_order
+from engine.seq_engine import card_order
 from tests.check_users import check_features
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from check_users import CHECK, UPSTREAM, engine_vs_torch
-import training
+import upstream.training as training
 from config import RunConfig
 from models.anki import Anki
 from models.base import ReviewData
 from models.hlr import HLR, HLRNet, count_features
-from models.seq_model import TorchSeqNet
+from engine.seq_model import TorchSeqNet
 from models.sm2_trainable import SM2Trainable
 from runner import read_results, run
 

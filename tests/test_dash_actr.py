@@ -12,15 +12,15 @@ import pytest
 import torch
 
 import models.dash as dash
-from models.legacy_sort_avx512 import argsort_numpy22_avx512
-from models.seq_engine import NUMPY126
+from upstream.legacy_sort_avx512 import argsort_numpy22_avx512
+from engine.seq_engine import NUMPY126
 from check_users import CHECK, UPSTREAM, engine_vs_torch
-import training
+import upstream.training as training
 from config import RunConfig
 from models.act_r import ACTR
 from models.base import ReviewData
 from models.dash import DASH, DASHACTR, DASHMCM
-from models.history_torch import ACTRNet, DASHACTRNet, DASHNet
+from upstream.history_torch import ACTRNet, DASHACTRNet, DASHNet
 from runner import read_results, run
 
 ALL = [DASH, DASHMCM, DASHACTR, ACTR]

@@ -1,5 +1,5 @@
 """The first run: kernels compiled beforehand in units on every worker (warmup.py), the compiled-code folder in the
-user's cache (models/jit_cache.py), and the ICI's statsmodels loop while its kernel is not compiled."""
+user's cache (engine/jit_cache.py), and the ICI's statsmodels loop while its kernel is not compiled."""
 
 import os
 import subprocess
@@ -13,15 +13,15 @@ import pytest
 import metrics
 import warmup
 from config import REPO_ROOT, RunConfig
-from models.jit_cache import Unit
+from engine.jit_cache import Unit
 
 
-PARTS = ["lane kernel part models.fsrs6_lanes.group_forward", "lane kernel part models.fsrs6_lanes.group_reverse"]
+PARTS = ["lane kernel part lane_kernels.fsrs6_lanes.group_forward", "lane kernel part lane_kernels.fsrs6_lanes.group_reverse"]
 
 
 def test_fsrs6_units_are_its_lane_kernel_after_its_parts_and_the_engine_loops():
     units = warmup.units(RunConfig(algo="FSRS-6"))
-    assert [u.label for u in units] == PARTS + ["lane kernel models.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+    assert [u.label for u in units] == PARTS + ["lane kernel lane_kernels.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
     assert units[2].after == tuple(PARTS) and all(u.after == () for u in units[:2] + units[3:])
     assert [u.label for u in warmup.units(RunConfig(algo="FSRS-6", default=True))] == [
         "engine loops of models.fsrs6_kernels (predictions)"]
@@ -35,7 +35,7 @@ def test_a_model_whose_toy_run_compiles_long_starts_first(tmp_path, monkeypatch)
     cfgs = [RunConfig(algo=a) for a in ("AVG", "FSRS-6", "GRU-P")]
     assert [u.label for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3.5, 3, 2.5 s
         "toy run of GRU-P", *PARTS, "engine loops of models.fsrs6_kernels", "toy run of AVG",
-        "lane kernel models.fsrs6_lanes"]
+        "lane kernel lane_kernels.fsrs6_lanes"]
 
 
 def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
@@ -47,7 +47,7 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
         from config import EMBEDDED_DATA, RunConfig
         cfg = RunConfig(algo="FSRS-6", processes=2, quiet=True)
         assert sorted(u.label for u in warmup.pending([cfg])) == [
-            "engine loops of models.fsrs6_kernels", "lane kernel models.fsrs6_lanes", *PARTS]
+            "engine loops of models.fsrs6_kernels", "lane kernel lane_kernels.fsrs6_lanes", *PARTS]
         warmup.warm_up([cfg], processes=2, quiet=True)
         assert warmup.pending([cfg]) == []
         seen = []
@@ -80,7 +80,7 @@ def test_the_lane_kernel_loads_its_parts_compiled_apart(tmp_path):
         import warmup
         from config import RunConfig
         units = {u.label: u for u in warmup.units(RunConfig(algo="FSRS-6"))}
-        kernel = units["lane kernel models.fsrs6_lanes"]
+        kernel = units["lane kernel lane_kernels.fsrs6_lanes"]
         if sys.argv[1] == "parts":
             for label in kernel.after:
                 units[label].build()
@@ -106,7 +106,7 @@ def _note(path):
 def test_units_run_on_several_workers_once_and_leave_markers(tmp_path, monkeypatch):
     """warm_up runs each pending unit once, on a pool of workers when there are several, and marks it done; a unit
     that fails is reported in one line and not marked."""
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # where the markers go (models/jit_cache.folder)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # where the markers go (engine/jit_cache.folder)
     done = [tmp_path / f"u{i}" for i in range(3)]
 
     def fails():
@@ -167,7 +167,7 @@ def _cache_folder(env_extra, tmp_path):
 
 
 def test_the_compiled_code_folder_is_in_the_users_cache_and_named_after_the_sources(tmp_path):
-    from models.jit_cache import version_digest
+    from engine.jit_cache import version_digest
 
     name = f"numba-{version_digest()}"
     assert _cache_folder({"HOME": str(tmp_path)}, tmp_path) == str(tmp_path / ".cache" / "srs-bench" / name)
@@ -183,17 +183,24 @@ def test_the_folder_follows_every_compiled_source_and_old_ones_are_pruned(tmp_pa
     import shutil
 
     copy = tmp_path / "clone"
-    shutil.copytree(REPO_ROOT / "models", copy / "models", ignore=shutil.ignore_patterns("__pycache__"))
+    from engine.jit_cache import PACKAGES
+
+    for folder in PACKAGES:
+        shutil.copytree(REPO_ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "lowess.py", copy / "lowess.py")
     code = textwrap.dedent("""
         import sys; sys.path.insert(0, sys.argv[1])
-        from models.jit_cache import version_digest; print(version_digest())
+        from engine.jit_cache import version_digest; print(version_digest())
     """)
     digest = lambda: subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True,  # noqa
                                     check=True).stdout.strip()
     before = digest()
-    (copy / "lowess.py").write_text((copy / "lowess.py").read_text() + "\n# edited\n")
-    assert digest() != before
+    seen = {before}
+    for edited in ("lowess.py", "models/fsrs6_kernels.py", "engine/seq_engine.py", "neural/gru_kernels.py",
+                   "lane_kernels/fsrs6_lanes.py", "upstream/torch_rng.py"):
+        (copy / edited).write_text((copy / edited).read_text() + "\n# edited\n")
+        seen.add(digest())
+    assert len(seen) == 7  # every edit, in any of the compiled packages, moved to a new folder
     base = tmp_path / "cache"
     old, recent = base / "numba-000000000000", base / "numba-111111111111"
     old.mkdir(parents=True)

@@ -12,9 +12,9 @@ import torch
 from config import RunConfig
 from models import fsrs_init
 from models.base import InadequateData, ReviewData
-from training import pad_histories
+from upstream.training import pad_histories
 from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, FSRS6, forgetting_curve
-from models.fsrs6_torch import first_state, next_state, stability_sequence
+from upstream.fsrs6_torch import first_state, next_state, stability_sequence
 
 W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614, 0.2629,
      1.6483, 0.6014, 1.8729, 0.5425, 0.0912, 0.0658, 0.1542]

@@ -15,7 +15,7 @@ from bench.simulate import simulate_user
 from features import FeatureConfig, build_features
 from models import fsrs6 as ff
 from models import fsrs6_kernels as fk
-from models.seq_engine import Cards
+from engine.seq_engine import Cards
 from models.base import ReviewData
 
 

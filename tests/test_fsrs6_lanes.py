@@ -1,5 +1,5 @@
-"""FSRS-6's lane kernel (models/fsrs6_lanes.py, cards side by side) and the vectorisable log / log1p it uses
-(models/vec_math.py): the functions against the C library's in ulps, the lane loss and gradient against the scalar
+"""FSRS-6's lane kernel (lane_kernels/fsrs6_lanes.py, cards side by side) and the vectorisable log / log1p it uses
+(engine/vec_math.py): the functions against the C library's in ulps, the lane loss and gradient against the scalar
 plug-in (models/fsrs6_kernels.py, itself checked against torch autograd in tests/test_fsrs6_fast.py) and against
 central differences, the layout fallback, and the engine's trainer with and without the lanes."""
 
@@ -14,12 +14,12 @@ from numba import njit
 
 from models import fsrs6 as ff
 from models import fsrs6_kernels as fk
-from models import fsrs6_lanes as fl
-from models.seq_engine import LR, SEED, Cards, SeqEngine
-from models.vec_math import log1, log1p1
+from lane_kernels import fsrs6_lanes as fl
+from engine.seq_engine import LR, SEED, Cards, SeqEngine
+from engine.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
 from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
-from models.lanes import card_items
+from engine.lanes import card_items
 
 
 @njit(error_model="numpy")

@@ -13,7 +13,7 @@ import torch
 from check_users import CHECK, UPSTREAM
 from config import RunConfig, build_parser, config_from_args
 from models import fsrs7
-from models.autograd_engine import AutogradEngine
+from engine.autograd_engine import AutogradEngine
 from models.base import ReviewData
 from models.fsrs7 import DEFAULT_W, FSRS7
 from result_store import read_results

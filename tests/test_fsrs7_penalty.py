@@ -13,9 +13,9 @@ import torch
 
 from config import RunConfig, build_parser, config_from_args
 from models import fsrs7, fsrs7_penalty
-from models.autograd_engine import AutogradEngine, Recipe
+from engine.autograd_engine import AutogradEngine, Recipe
 from models.fsrs7 import DEFAULT_W, LOWER, UPPER
-from models.traced import engine_for, recipe_runs_compiled
+from engine.traced import engine_for, recipe_runs_compiled
 from result_store import read_results
 from runner import DataError, run
 

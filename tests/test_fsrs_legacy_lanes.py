@@ -1,4 +1,4 @@
-"""FSRS v1 / v2 / v3's lane kernel (models/fsrs_legacy_lanes.py, cards side by side): loss and gradient against torch
+"""FSRS v1 / v2 / v3's lane kernel (lane_kernels/fsrs_legacy_lanes.py, cards side by side): loss and gradient against torch
 autograd of the modules' upstream-style torch steps (torch's BCE: its log floor and gradient floor, which these
 curves reach), against a 100-bit reference (mpmath), against the scalar plug-ins and central differences, at
 weights that drive every clamp; the engine's hook, the trainer with and without the lanes, the loops' vector
@@ -16,15 +16,15 @@ import pytest
 import torch
 from numba import njit
 
-import training
-from models import fsrs_legacy_lanes as fl
+import upstream.training as training
+from lane_kernels import fsrs_legacy_lanes as fl
 from models.base import ReviewData
 from models.fsrs_v1 import FSRSv1
 from models.fsrs_v2 import FSRSv2
 from models.fsrs_v3 import FSRSv3
-from models.lanes import card_items, kernel_address
-from models.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
-from models.seq_model import TorchSeqNet
+from engine.lanes import card_items, kernel_address
+from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
+from engine.seq_model import TorchSeqNet
 from tests.test_fsrs6_fast import random_data
 from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
 

@@ -102,9 +102,9 @@ def test_fsrs6_secs_clamps_s_at_1e4():
     assert np.allclose(grad, grad_ref, rtol=1e-9, atol=1e-9)
     # the trainer's lane kernel, on the same batch
     from models import fsrs6_kernels as fk
-    from models import fsrs6_lanes as fl
-    from models.lanes import card_items
-    from models.seq_engine import Cards
+    from lane_kernels import fsrs6_lanes as fl
+    from engine.lanes import card_items
+    from engine.seq_engine import Cards
 
     cards = Cards(data)
     wc = fk.precompute(np.array(W6), np.array([3.0, SECS_S_MIN]))

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from check_users import CHECK, UPSTREAM, engine_vs_torch
-import training
+import upstream.training as training
 from config import RunConfig
 from models.base import ReviewData
 from models.fsrs_v1 import FSRSv1
 from models.fsrs_v2 import FSRSv2
 from models.fsrs_v3 import FSRSv3
-from models.seq_model import TorchSeqNet
+from engine.seq_model import TorchSeqNet
 from runner import read_results, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""FSRS v4 and FSRS-4.5 on the general engine (models/seq_engine.py): hand-computed forward values, engine vs
+"""FSRS v4 and FSRS-4.5 on the general engine (engine/seq_engine.py): hand-computed forward values, engine vs
 torch predictions and gradients, training, upstream-check sizes and Log Loss, and the engine's own contract."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from config import RunConfig
 from models.base import ReviewData
 from models.fsrs_v4 import FSRSv4
 from models.fsrs_v45 import FSRS45
-from models.seq_model import TorchSeqNet
+from engine.seq_model import TorchSeqNet
 from runner import read_results, run
 
 

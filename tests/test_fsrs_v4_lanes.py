@@ -1,4 +1,4 @@
-"""FSRS v4 / 4.5 / 5's lane kernel (models/fsrs_v4_lanes.py, cards side by side): loss and gradient against the
+"""FSRS v4 / 4.5 / 5's lane kernel (lane_kernels/fsrs_v4_lanes.py, cards side by side): loss and gradient against the
 scalar plug-ins' (models/fsrs_v4.py, fsrs_v45.py, fsrs_v5.py, themselves checked against torch autograd in
 tests/test_fsrs_v4.py and test_fsrs_v5.py) and against central differences, at weights that drive every clamp and
 cap, the engine's hook ("module:function"), the trainer with and without the lanes, and the loops' vector code."""
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from numba import njit
 
-from models import fsrs_v4_lanes as fl
+from lane_kernels import fsrs_v4_lanes as fl
 from models.fsrs_v4 import FSRSv4
 from models.fsrs_v45 import FSRS45
 from models.fsrs_v5 import FSRS5
-from models.lanes import card_items, kernel_address
-from models.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
+from engine.lanes import card_items, kernel_address
+from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
 from tests.test_fsrs6_fast import random_data
 from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
 

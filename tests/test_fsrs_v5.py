@@ -18,7 +18,7 @@ from data_loader import load_revlogs
 from features import FeatureConfig, build_features
 from models.base import ReviewData
 from models.fsrs_v5 import FSRS5
-from models.seq_model import TorchSeqNet
+from engine.seq_model import TorchSeqNet
 from runner import read_results, run
 
 

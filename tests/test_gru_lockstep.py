@@ -1,5 +1,5 @@
-"""The GRU family's lockstep kernels (models/gru_kernels.py) and the array exp/sigmoid/tanh they use
-(models/vec_math.py): the functions against the C library's, each card's states independent of the cards it runs
+"""The GRU family's lockstep kernels (neural/gru_kernels.py) and the array exp/sigmoid/tanh they use
+(engine/vec_math.py): the functions against the C library's, each card's states independent of the cards it runs
 beside, and the recurrence with its reverse pass against torch's nn.GRU in float64."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.gru_kernels import _gru_forward, _weight_grads
-from models.kernel_math import lockstep_plan
-from models.gru_torch import gru_sequences
-from models.vec_math import exp_vec, sigmoid_vec, tanh_vec
+from neural.gru_kernels import _gru_forward, _weight_grads
+from engine.kernel_math import lockstep_plan
+from neural.gru_torch import gru_sequences
+from engine.vec_math import exp_vec, sigmoid_vec, tanh_vec
 
 
 def ulps(got, want):

@@ -1,4 +1,4 @@
-"""models/jit.py: `@inlined` helpers compile under each caller's flags and are inlined by LLVM; `ready` tells
+"""engine/jit.py: `@inlined` helpers compile under each caller's flags and are inlined by LLVM; `ready` tells
 whether a kernel runs without compiling."""
 
 import re
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from models.jit import inlined
+from engine.jit import inlined
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_ready_loads_a_cached_kernel_and_refuses_to_compile(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path[:0] = [{str(tmp_path)!r}, {str(ROOT)!r}]
-        from models.jit import ready
+        from engine.jit import ready
         import kern
         print(ready(kern.twice, kern.SIG), len(kern.twice.stats.cache_hits), kern.twice.signatures)
         if sys.argv[1] == "compile":

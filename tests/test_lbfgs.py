@@ -1,4 +1,4 @@
-"""models/lbfgs.py against torch.optim.LBFGS itself (strong-Wolfe line search; an independent implementation):
+"""engine/lbfgs.py against torch.optim.LBFGS itself (strong-Wolfe line search; an independent implementation):
 the same trial points in the same order, hence the same iteration and evaluation counts, and the same result, to
 rounding (torch's small dot products and sums run in another order), on a quadratic, Rosenbrock's function and
 with stops by max_iter, max_eval and the gradient tolerance."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.lbfgs import _cubic_interpolate, minimize
+from engine.lbfgs import _cubic_interpolate, minimize
 
 
 def _torch_run(fg, x0, **kw):
@@ -101,7 +101,7 @@ def test_cubic_interpolation_by_hand():
 
 
 def _fit(loss_grad, w0, w_init, lower, upper, revert=True):
-    from models.autograd_engine import Recipe, lbfgs_fit
+    from engine.autograd_engine import Recipe, lbfgs_fit
 
     recipe = Recipe(optimizer="lbfgs", lr=1.0, max_iter=200, history_size=20, prior_weight=0.0,
                     revert_if_worse=revert)

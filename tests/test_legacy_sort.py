@@ -1,7 +1,7 @@
-"""models/legacy_sort.py: numpy 1.26's quicksort argsort order, which upstream's January-2025 batches came from.
+"""upstream/legacy_sort.py: numpy 1.26's quicksort argsort order, which upstream's January-2025 batches came from.
 
 The expected permutations below are numpy 1.26.4's own np.argsort(..., kind="quicksort") outputs (run in upstream's
-environment, a CPU without AVX-512: the generic introsort), plus one traced by hand, and for models/legacy_sort_avx512.py
+environment, a CPU without AVX-512: the generic introsort), plus one traced by hand, and for upstream/legacy_sort_avx512.py
 numpy 1.26.4's and 2.2.6's outputs on an AVX-512 CPU (tests/fixtures/numpy-avx512): an independent implementation, not this
 project's output."""
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from bench.tie_order_fixture import case_keys, digest
-from models import legacy_sort
-from models.legacy_sort import argsort_numpy126
-from models.legacy_sort_avx512 import argsort_numpy22_avx512, argsort_numpy126_avx512
-from models.seq_engine import NUMPY126, argsort
+from upstream import legacy_sort
+from upstream.legacy_sort import argsort_numpy126
+from upstream.legacy_sort_avx512 import argsort_numpy22_avx512, argsort_numpy126_avx512
+from engine.seq_engine import NUMPY126, argsort
 
 
 def test_small_arrays_are_insertion_sorted_in_place():
@@ -68,7 +68,7 @@ def test_sorts_and_permutes():
 
 def test_heapsort_fallback_sorts():
     """The introsort's depth-limit fallback (not reached by equal keys) on its own: a sorting permutation."""
-    from models.legacy_sort import _heapsort
+    from upstream.legacy_sort import _heapsort
 
     keys = np.random.default_rng(5).integers(0, 50, 1000).astype(np.int64)
     order = np.arange(1000)

@@ -1,4 +1,4 @@
-"""The LSTM on the batched trainer (models/lstm_batched.py): per task it must be the per-user Reptile-style
+"""The LSTM on the batched trainer (neural/lstm_batched.py): per task it must be the per-user Reptile-style
 fine-tune (lstm.finetune_compiled in float64, and its torch twin finetune(layout="cards")) and its predictions, and
 a `--batch-users 2` run must write the per-user run's result lines (both in float64: `--precision float64`)."""
 
@@ -15,8 +15,9 @@ import models
 import pipeline
 from check_users import CHECK
 from config import RunConfig
-from models import lstm, lstm_batched, neural_seq
-from models.lstm_torch import finetune, flat_opt_state
+from models import lstm
+from neural import lstm_batched, neural_seq
+from neural.lstm_torch import finetune, flat_opt_state
 from revlog_factory import write_user
 from test_neural_batched import assert_cuda_equals_cpu, max_diff, no_per_user_fallback, run_rows
 

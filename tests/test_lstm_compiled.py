@@ -1,4 +1,4 @@
-"""The LSTM compiled (models/lstm_kernels.py) against its torch reference path, in float64: predictions and
+"""The LSTM compiled (neural/lstm_kernels.py) against its torch reference path, in float64: predictions and
 gradients against autograd of upstream's per-target forward (each target's own padded history, nn.LSTM), also where
 the heads' clamps bite, and the whole compiled fine-tune against the same recipe stepped by torch.optim.AdamW."""
 
@@ -9,10 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import lstm, lstm_kernels, lstm_torch, neural_seq, vec_math
-from models.card_net import CardSet
+from models import lstm
+
+from neural import lstm_kernels, lstm_torch, neural_seq
+
+from engine import vec_math
+from neural.card_net import CardSet
 from models.lstm import LSTMData
-from models.lstm_torch import LSTMNet, finetune, inner_optimizer, per_target_batches, reptile
+from neural.lstm_torch import LSTMNet, finetune, inner_optimizer, per_target_batches, reptile
 from test_neural import seeded_net
 
 torch.set_num_threads(1)

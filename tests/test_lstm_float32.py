@@ -7,8 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import lstm, lstm_kernels, vec_math
-from models.card_net import CardSet, read_weights
+from models import lstm
+
+from neural import lstm_kernels
+
+from engine import vec_math
+from neural.card_net import CardSet, read_weights
 
 
 def flat_net(precision: str) -> lstm.LSTMFlat:

@@ -1,4 +1,4 @@
-"""The LSTM kernels' elementwise layers (models/lstm_kernels.py: silu, silu_back and silu_back_ip, add), which
+"""The LSTM kernels' elementwise layers (neural/lstm_kernels.py: silu, silu_back and silu_back_ip, add), which
 run over their arrays flat, on the views chunk_loss hands them (row prefixes of the shared work space), and the
 products that add onto their outputs (dot_wt_acc, dot_acc, dot_tn_acc: BLAS with beta = 1), against numpy's formulas
 in float64 (the whole network is held to torch autograd in tests/test_lstm_compiled.py)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import lstm_kernels as K
+from neural import lstm_kernels as K
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -147,7 +147,7 @@ def test_layer_norm_and_its_parameter_gradients(dtype, has_beta, out):
 def test_stable_argsort_small_is_numpys_stable_argsort():
     """The chunks' card order (kernel_math.stable_argsort_small, a counting sort) against numpy's stable argsort,
     ascending and descending, on lengths with many ties, empty and single-key inputs."""
-    from models.kernel_math import stable_argsort_small
+    from engine.kernel_math import stable_argsort_small
 
     rng = np.random.default_rng(3)
     cases = [np.zeros(0, np.int64), np.array([5]), np.full(9, 2)]

@@ -1,4 +1,4 @@
-"""Neural models (models/neural_seq.py, models/gru_p.py, ...): parameter counts, hand-computed forward values, one
+"""Neural models (neural/neural_seq.py, models/gru_p.py, ...): parameter counts, hand-computed forward values, one
 pass per card equal to upstream's per-target recomputation (predictions and gradients), fine-tuning, saved weights,
 pretraining, upstream-check sizes and the CLI rows."""
 
@@ -14,18 +14,18 @@ import torch
 import torch.nn.functional as F
 
 from check_users import CHECK, UPSTREAM
-import training
+import upstream.training as training
 from config import EMBEDDED_DATA, RunConfig
-from models import neural_seq
+from neural import neural_seq
 from models.base import InadequateData, ReviewData
 from models.gru_p import FACTOR, GRU, GRUP
-from models.gru_torch import GRUNet, GRUPNet
+from neural.gru_torch import GRUNet, GRUPNet
 from models.nn17 import NN17
-from models.nn17_torch import NN17Net
+from neural.nn17_torch import NN17Net
 from models.lstm import LSTM, LSTMData, attach_sequences, equalized_train
-from models.lstm_torch import LSTMNet, per_target_batches
+from neural.lstm_torch import LSTMNet, per_target_batches
 from models.transformer import Transformer
-from models.transformer_torch import TransformerNet, predict_windows
+from neural.transformer_torch import TransformerNet, predict_windows
 from runner import read_results, run
 
 torch.set_num_threads(1)  # as the runner's workers: these tiny networks only lose to thread start-up and spinning
@@ -584,7 +584,7 @@ def test_fine_tuning_lowers_training_loss(cls, user8):
 
 
 def test_upstream_trainer_keeps_final_epoch_weights(user8):
-    """--trainer upstream runs training.py but returns the last epoch's weights (upstream's aliased state_dict)."""
+    """--trainer upstream runs upstream/training.py but returns the last epoch's weights (upstream's aliased state_dict)."""
     train = user8.subset(np.arange(1500))
     model = GRUP(RunConfig(algo="GRU-P", trainer="upstream"))
     seen = {}
@@ -643,7 +643,7 @@ def test_pretrain_cli_writes_loadable_weights(tmp_path):
 
 def test_pretrain_cli_transformer_compiled_matches_torch_trainer(tmp_path):
     """The Transformer pretrains on the compiled kernel (float64) by default: its float32 weights after two epochs
-    on one small user agree with training.py's torch loop (--trainer upstream, float32) to float32 rounding as it
+    on one small user agree with upstream/training.py's torch loop (--trainer upstream, float32) to float32 rounding as it
     grows over two AdamW steps (measured 4e-5), and the .npz copy equals the .pth."""
     import pretrain
 

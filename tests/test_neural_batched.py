@@ -1,4 +1,4 @@
-"""The batched GRU-family trainer (models/neural_batched.py) and the runner's batched path (`--batch-users`,
+"""The batched GRU-family trainer (neural/neural_batched.py) and the runner's batched path (`--batch-users`,
 `--device`): per task it must be fit_cards + predict_cards, and a run must give the per-user path's results."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import torch.nn.functional as F
 import pipeline
 import runner
 from check_users import CHECK
-import training
+import upstream.training as training
 from config import EMBEDDED_DATA, RunConfig
 from data_loader import load_revlogs
 from features import FeatureConfig, build_features
-from models import neural_batched, neural_seq
+from neural import neural_batched, neural_seq
 from models.gru_p import GRU, GRUP
 from split import time_series_folds
 

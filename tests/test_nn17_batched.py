@@ -1,4 +1,4 @@
-"""NN-17 on the batched trainer (models/nn17_batched.py through neural_batched.fit_tasks): per task it must be the
+"""NN-17 on the batched trainer (neural/nn17_batched.py through neural_batched.fit_tasks): per task it must be the
 per-user fine-tune (fit_cards, compiled, float64) and its predictions, and a `--batch-users 2` run must write the
 per-user run's result lines."""
 
@@ -11,9 +11,9 @@ import torch
 import pipeline
 from check_users import CHECK
 from config import RunConfig
-from models import neural_batched, neural_seq
+from neural import neural_batched, neural_seq
 from models.nn17 import NN17
-from models.nn17_batched import StackedNN17
+from neural.nn17_batched import StackedNN17
 from test_neural_batched import (assert_cuda_equals_cpu, check_tasks, max_diff, no_per_user_fallback,
                                  per_target_reference, run_rows)
 

@@ -1,4 +1,4 @@
-"""NN-17 compiled (models/nn17_kernels.py) against its torch reference path, NN17Net.forward_batch run upstream's
+"""NN-17 compiled (neural/nn17_kernels.py) against its torch reference path, NN17Net.forward_batch run upstream's
 way (each target's own padded history): predictions, gradients (also where every clamp bites) and the whole
 compiled fine-tune against the same recipe stepped by torch.optim.Adam."""
 
@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import neural_seq
+from neural import neural_seq
 from models.base import ReviewData
-from models.kernel_math import mish, mish_and_grad, softplus, softplus_grad
-from models.nn17_torch import NN17Net
-from models.nn17_kernels import N_PARAMS
+from engine.kernel_math import mish, mish_and_grad, softplus, softplus_grad
+from neural.nn17_torch import NN17Net
+from neural.nn17_kernels import N_PARAMS
 from test_neural import fit_in_torch, per_target, seeded_net
 
 torch.set_num_threads(1)
@@ -211,7 +211,7 @@ def test_mish_parts_equal_tanh_softplus_and_sigmoid():
     over the range an MLP meets (past the softplus threshold 20 and far below zero too)."""
     import math
 
-    from models.nn17_kernels import mish_parts
+    from neural.nn17_kernels import mish_parts
 
     for a in np.r_[np.linspace(-40.0, 40.0, 4001), [-800.0, -1e-300, 0.0, 19.999, 20.0, 20.001, 700.0]]:
         tsp, sig = mish_parts(float(a))
@@ -225,7 +225,7 @@ def test_softplus_parts_equal_libm():
     """softplus, its derivative and e^{−softplus} from one exp, against torch's formulas through libm."""
     import math
 
-    from models.nn17_kernels import softplus_parts
+    from neural.nn17_kernels import softplus_parts
 
     for z in np.r_[np.linspace(-40.0, 40.0, 4001), [-800.0, 0.0, 19.999, 20.0, 20.001, 700.0]]:
         sp, sg, e = softplus_parts(float(z))

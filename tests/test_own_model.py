@@ -17,7 +17,7 @@ import models
 from check_users import check_features
 from config import REPO_ROOT, RunConfig, build_parser, config_from_args
 from models.base import ReviewData
-from models.own_model import ModelFileError, declared_name, load, model_class
+from engine.own_model import ModelFileError, declared_name, load, model_class
 from runner import read_results, run
 
 EXP4 = REPO_ROOT / "examples" / "exp4.py"
@@ -135,7 +135,7 @@ def test_an_if_on_a_tensor_is_refused_before_any_user_naming_its_line(tmp_path):
 def test_an_edited_model_file_does_not_reuse_its_old_results(tmp_path, capsys):
     """Results carry the file's content digest: after an edit, the old version's lines are moved to a file of their
     own (named after that digest) and every user runs again; the unedited file resumes as before."""
-    from models.own_model import file_version
+    from engine.own_model import file_version
 
     path = tmp_path / "mine.py"
     path.write_text(EXP4.read_text())

@@ -1,4 +1,4 @@
-"""models/prefix_tree.py and seq_engine_kernels.tree_loss_grad: the cards' shared review prefixes computed once.
+"""engine/prefix_tree.py and seq_engine_kernels.tree_loss_grad: the cards' shared review prefixes computed once.
 The tree of a hand-made set of cards is checked node by node; on a real user the tree pass's loss and gradient are
 held to the per-card loop's (loss_grad_cards, the engine's tested pass), which sums every target on its own."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from check_users import check_features
-from models.autograd_engine import Recipe
-from models.prefix_tree import PrefixTree
-from models.seq_engine import training_cards
-from models.traced import CompiledOwnEngine
+from engine.autograd_engine import Recipe
+from engine.prefix_tree import PrefixTree
+from engine.seq_engine import training_cards
+from engine.traced import CompiledOwnEngine
 
 
 def _cards(reviews, targets):

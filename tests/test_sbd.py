@@ -17,7 +17,7 @@ from check_users import CHECK, UPSTREAM, check_features
 from config import RunConfig
 from evaluate import display_name
 from models import sbd
-from models.autograd_engine import Recipe, lbfgs_fit
+from engine.autograd_engine import Recipe, lbfgs_fit
 from models.base import ReviewData, recency_weights
 from runner import read_results, run
 

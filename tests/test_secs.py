@@ -178,3 +178,4 @@ def test_runner_refuses_secs_where_a_model_does_not_accept_it(tmp_path):
         run(RunConfig(algo="SM2", secs=True, **base))
     with pytest.raises(DataError, match="FSRS-6-one-step: --equalize_test_with_non_secs not implemented"):
         run(RunConfig(algo="FSRS-6-one-step", equalize_test_with_non_secs=True, **base))
+

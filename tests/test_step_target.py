@@ -1,4 +1,4 @@
-"""The engine's STEP-TARGET section (models/seq_engine_kernels.py) on a hand-written plug-in: a model that defines
+"""The engine's STEP-TARGET section (engine/seq_engine_kernels.py) on a hand-written plug-in: a model that defines
 step_target / step_target_vjp gets the loss and gradient of the plain card loop (the same model without them) and
 of a direct per-target replay in Python, whose gradient is taken by central differences."""
 
@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # the plug-ins are imported by name by the generated engine
 
 from models.base import ReviewData  # noqa: E402
-from models.seq_engine import SeqEngine  # noqa: E402
+from engine.seq_engine import SeqEngine  # noqa: E402
 
 W = np.array([1.5, 2.0, 4.0, 9.0, 1.3, 2.1, 0.6])  # S ≥ 1 and t ≤ 21: p(1 − p) stays above BCE_GRAD_EPS
 
@@ -82,7 +82,7 @@ def test_edited_plugin_gets_a_fresh_engine_copy(tmp_path, monkeypatch):
     """A plug-in outside models/ is not covered by the cache folder's name (models/__init__.py): its engine copy
     carries a digest of the plug-in's file, so an edited plug-in is bound into a new copy (compiled afresh), not the
     copy whose cached machine code inlined its old functions. Nothing is compiled here."""
-    from models import seq_engine
+    from engine import seq_engine
 
     source = (Path(__file__).parent / "step_target_plugin.py").read_text(encoding="utf-8")
     plugin = tmp_path / "digest_probe_plugin.py"

@@ -1,4 +1,4 @@
-"""GRU, GRU-P (and -short), NN-17 and the LSTM run without torch by default (models/card_net.py's FlatNet twins): the process
+"""GRU, GRU-P (and -short), NN-17 and the LSTM run without torch by default (neural/card_net.py's FlatNet twins): the process
 never imports torch, the shipped .npz weights equal the .pth state dicts, each description's flat layout is its torch
 module's parameters() order, and the torch-free fine-tune + prediction equals the torch module's on a real user."""
 
@@ -15,8 +15,8 @@ import torch
 
 import models
 from config import EMBEDDED_DATA, RunConfig
-from models import neural_seq
-from models.card_net import FlatNet, epoch_orders
+from neural import neural_seq
+from neural.card_net import FlatNet, epoch_orders
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAT_ROWS = [("GRU", False), ("GRU-P", False), ("GRU-P", True), ("NN-17", False), ("LSTM", False)]
@@ -41,7 +41,7 @@ def test_shipped_npz_equals_pth(name):
 
 def test_shipped_lstm_optimizer_npz_equals_pth():
     """LSTM_opt.npz: the inner AdamW state of LSTM_opt.pth, flat in parameters() order (float32, its step)."""
-    from models.lstm_torch import LSTMNet, flat_opt_state
+    from neural.lstm_torch import LSTMNet, flat_opt_state
 
     m, v, step = flat_opt_state(LSTMNet(), torch.load(ROOT / "pretrain" / "LSTM_opt.pth", weights_only=True))
     with np.load(ROOT / "pretrain" / "LSTM_opt.npz") as npz:
@@ -121,7 +121,7 @@ def test_cli_run_never_imports_torch_and_writes_the_torch_results(tmp_path, algo
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
     import runner
-    from models.card_net import NeuralModel
+    from neural.card_net import NeuralModel
 
     orig = NeuralModel.torch_free
     NeuralModel.torch_free = lambda self: False  # the same run on the torch modules

@@ -1,10 +1,10 @@
-"""models/torch_rng.py draws torch.randperm's permutations without torch: checked against torch itself."""
+"""upstream/torch_rng.py draws torch.randperm's permutations without torch: checked against torch itself."""
 
 import numpy as np
 import pytest
 import torch
 
-from models.torch_rng import SHUFFLE_SEED, TorchGenerator
+from upstream.torch_rng import SHUFFLE_SEED, TorchGenerator
 
 
 @pytest.mark.parametrize("seed", [SHUFFLE_SEED, 0, 42, 2**32 + 7])
@@ -22,13 +22,13 @@ def test_length_batching_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from models.torch_rng import TorchGenerator; TorchGenerator().randperm(9); "
+    code = ("import sys; from upstream.torch_rng import TorchGenerator; TorchGenerator().randperm(9); "
             "import models.act_r, models.dash, models.anki, models.hlr; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _numpy_bernoulli(bits: np.random.MT19937, n: int, p: float) -> np.ndarray:
-    """The Bernoulli rule on numpy's own MT19937 words, written independently of models/torch_rng.py: draw i is
+    """The Bernoulli rule on numpy's own MT19937 words, written independently of upstream/torch_rng.py: draw i is
     (word 2i << 32) | word 2i+1, its low 53 bits compared with p·2⁵³."""
     words = bits.random_raw(2 * n).astype(np.uint64)
     u = ((words[0::2] << np.uint64(32)) | words[1::2]) & np.uint64(2**53 - 1)
@@ -40,7 +40,7 @@ def test_bernoulli_stream_equals_numpys_mersenne_twister(seed):
     """BernoulliStream's compiled twister against numpy's MT19937 (legacy seeding, as torch.manual_seed): calls of
     sizes that end just before, on and just after the 624-word regenerations (312 draws each), so the state
     carries from call to call; p 0.9 (dropout's keep), 0.3 and 0 (nothing kept)."""
-    from models.torch_rng import BernoulliStream
+    from upstream.torch_rng import BernoulliStream
 
     bits = np.random.MT19937(0)
     bits._legacy_seeding(seed & 0xFFFFFFFF)

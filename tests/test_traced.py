@@ -1,4 +1,4 @@
-"""models/traced.py: torch model files compiled into compiled-engine plug-ins, held to the autograd engine (torch's
+"""engine/traced.py: torch model files compiled into compiled-engine plug-ins, held to the autograd engine (torch's
 own autograd on the same functions, an independent implementation) on a real user, in training, on the clip hook,
 and on hand-built graphs at the points where torch's derivative rules have ties and boundaries."""
 
@@ -16,16 +16,16 @@ import torch
 import models
 from check_users import check_features
 from config import RunConfig
-from models.autograd_engine import AutogradEngine, Recipe
-from models.own_model import load, model_class
-from models.seq_engine import SeqEngine
-from models.traced import CompiledOwnEngine, TraceError, compile_module, engine_for
+from engine.autograd_engine import AutogradEngine, Recipe
+from engine.own_model import load, model_class
+from engine.seq_engine import SeqEngine
+from engine.traced import CompiledOwnEngine, TraceError, compile_module, engine_for
 
 
 def _fsrs6():
     from models.fsrs6 import DEFAULT_W
     from models.fsrs6_kernels import CLIP_HI, CLIP_LO
-    from models.fsrs6_torch import TorchSteps
+    from upstream.fsrs6_torch import TorchSteps
 
     return TorchSteps, list(DEFAULT_W), list(CLIP_LO), list(CLIP_HI), True
 
@@ -90,7 +90,7 @@ def test_targets_off_the_next_steps_time_equal_the_autograd_engine(name):
     """The plug-in's card loop fuses a target with the step that starts from the same state when both read the same
     elapsed time (step_target): a card's last target and a target whose delta_t is not the next review's go
     through target_loss_vjp instead. Both kinds mixed within cards give autograd's loss and gradient."""
-    from models.seq_engine import Cards
+    from engine.seq_engine import Cards
 
     mod, default, lower, upper, short, seq, auto = _engines(name)
     data = check_features(8, short)
@@ -224,7 +224,7 @@ def test_a_clamp_of_a_clamp_with_the_same_bounds_is_one_node():
             (x * w[1]).clamp(max=1.0).clamp(max=1.0).clamp(min=0.0) + y.clamp(2.0, 0.5).clamp(2.0, 0.5)
     for prev in ([1.0, 2.0], [-1.0, 0.5], [0.0, 3.0], [float("nan"), 1.0], [2.0, float("nan")]):
         _vjp_vs_torch(step, [1.5, 0.5], prev, 0.0, 3, [1.0, 0.75])
-    from models.traced import Graph, _clamp
+    from engine.traced import Graph, _clamp
     g = Graph()
     x = g.add("in", (), "s0", "f8", 2)
     once = _clamp(x, 0.0, None)
@@ -301,12 +301,12 @@ def test_sbd_lbfgs_on_the_compiled_loss_equals_the_autograd_engine():
 
 @pytest.mark.parametrize("mask", [None, [1, 1, 0, 1, 1, 0, 1]])
 def test_lbfgs_with_a_numpy_gradient_takes_the_torch_optimizers_steps(mask):
-    """lbfgs_fit(loss_grad=...) (the compiled engines' path: models/lbfgs.py on numpy, the objective formed in
+    """lbfgs_fit(loss_grad=...) (the compiled engines' path: engine/lbfgs.py on numpy, the objective formed in
     numpy) against lbfgs_fit through torch.optim.LBFGS and autograd over NumpyLoss: the same trial points to
     rounding, hence the same result, with the non-finite rule exercised (the loss turns NaN at the 3rd and 9th
     evaluation: the line search backs off). The torch path evaluates twice more: the start and the end objective,
     which the numpy path takes from its evaluations at those points."""
-    from models.autograd_engine import NumpyLoss, lbfgs_fit
+    from engine.autograd_engine import NumpyLoss, lbfgs_fit
 
     mod, default, lower, upper, _ = _sbd()
     data = check_features(8, False).subset(np.arange(1200))
@@ -353,7 +353,7 @@ def test_recipes_and_trainer_choose_the_engine():
 def test_the_project_hook_leaves_an_existing_models_fit_bit_identical(tmp_path, monkeypatch):
     """FSRS-5's fit with the kernels as they are (project(w), the stub's no-op, after every clip) and with the
     project line cut out of the template: the same weights bit for bit."""
-    from models import seq_engine
+    from engine import seq_engine
 
     model = models.model_class("FSRS-5")(RunConfig(algo="FSRS-5", n_epoch=2))
     train = check_features(8, True).subset(np.arange(1500))

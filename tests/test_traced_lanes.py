@@ -1,4 +1,4 @@
-"""models/traced_lanes.py: the lane form of a traced plug-in (LANES cards side by side) against the scalar
+"""engine/traced_lanes.py: the lane form of a traced plug-in (LANES cards side by side) against the scalar
 generated kernel it is derived from (itself held to torch autograd in tests/test_traced.py): loss and gradient
 within 1e-12, the batches it must refuse (pow off its exp(y·ln x) domain, a target off the layout) refused with
 nothing added, the engine's batches and objective passes falling back to the cards there, and its lane loops
@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from numba import njit
 
-from models.seq_engine import Cards, SeqEngine
-from models.traced import compile_module
+from engine.seq_engine import Cards, SeqEngine
+from engine.traced import compile_module
 from tests.test_fsrs6_fast import random_data
 from lane_code import lane_code
-from models.lanes import card_items
+from engine.lanes import card_items
 
 
 def _lanes(plugin: str):

@@ -1,4 +1,4 @@
-"""training.py: the upstream-style minibatch trainer (batching, shuffling, loss, clipping, best epoch, recency)."""
+"""upstream/training.py: the upstream-style minibatch trainer (batching, shuffling, loss, clipping, best epoch, recency)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import training
+import upstream.training as training
 from config import RunConfig
 from models.base import InadequateData
 from models.fsrs6 import CLIP_HI, CLIP_LO, FSRS6
-from models.fsrs6_torch import FSRS6Net
+from upstream.fsrs6_torch import FSRS6Net
 from test_fsrs6 import W, W_OTHER, make_data, simulate
 
 

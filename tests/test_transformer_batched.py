@@ -1,4 +1,4 @@
-"""The Transformer on the batched trainer (models/transformer_batched.py): per task it must be the per-user path
+"""The Transformer on the batched trainer (neural/transformer_batched.py): per task it must be the per-user path
 (transformer.fit_compiled + predict_compiled, float64, upstream's padded windows and dropout masks), and a
 `--batch-users 2` run must write the per-user run's result lines."""
 
@@ -11,9 +11,9 @@ import torch
 import pipeline
 from check_users import CHECK
 from config import RunConfig
-from models import transformer_batched
-from models.neural_batched import torch_model
-from models.torch_rng import BernoulliStream, portable_bernoulli
+from neural import transformer_batched
+from neural.neural_batched import torch_model
+from upstream.torch_rng import BernoulliStream, portable_bernoulli
 from models.transformer import Transformer, draw_masks, fit_compiled, predict_compiled
 from test_neural_batched import assert_cuda_equals_cpu, check_tasks, max_diff, no_per_user_fallback, run_rows
 

@@ -1,4 +1,4 @@
-"""The Transformer's compiled kernel (models/transformer_kernels.py) against torch: the same masks torch's dropout
+"""The Transformer's compiled kernel (neural/transformer_kernels.py) against torch: the same masks torch's dropout
 draws, the forward and every gradient against autograd of the module in float64, a short fine-tune against the
 torch recipe, and training.train's keep="final" rule."""
 
@@ -9,17 +9,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import training
+import upstream.training as training
 from config import RunConfig
 from models.base import InadequateData
-from models import neural_seq
+from neural import neural_seq
 from models.transformer import (Transformer, TransformerFlat, draw_masks, fit_compiled, kernel_batch, kernel_masks,
                                 mask_shapes, predict_compiled)
-from models.transformer_torch import TransformerNet, predict_windows, transformer_forward
-from models.torch_rng import BernoulliStream, portable_bernoulli
-from models.transformer_kernels import N_PARAMS, PARAMS, batch_loss
-from models.transformer_lanes import LANES, LANES_MAX_WINDOW
-from models.vec_math import exp_nonpos
+from neural.transformer_torch import TransformerNet, predict_windows, transformer_forward
+from upstream.torch_rng import BernoulliStream, portable_bernoulli
+from neural.transformer_kernels import N_PARAMS, PARAMS, batch_loss
+from neural.transformer_lanes import LANES, LANES_MAX_WINDOW
+from engine.vec_math import exp_nonpos
 from models.gru_p import DECAY, FACTOR
 
 
@@ -163,7 +163,7 @@ def test_kernel_equals_autograd_on_heavily_padded_histories():
 
 
 def test_lane_kernel_equals_autograd_and_the_per_target_kernel():
-    """The lane kernel (models/transformer_lanes.py: training batches of short windows, targets side by side) on
+    """The lane kernel (neural/transformer_lanes.py: training batches of short windows, targets side by side) on
     a batch of 70 targets (two full blocks of LANES and a partial one) at windows 1, 5 and LANES_MAX_WINDOW:
     forward and gradient equal autograd of the module with the same masks (1e-12, 1e-9 of the largest component),
     and the per-target kernel (transformer_kernels.batch_loss, which kernel_batch runs for longer windows) to

@@ -11,8 +11,8 @@ import models.transformer as tf
 from config import RunConfig
 from models.base import InadequateData
 from models.transformer import TransformerFlat, evaluates_finite, fit_compiled, history_bound, kernel_batch
-from models.transformer_kernels import D_NF, FC, N_PARAMS
-from models.transformer_lanes import LANES_MAX_WINDOW
+from neural.transformer_kernels import D_NF, FC, N_PARAMS
+from neural.transformer_lanes import LANES_MAX_WINDOW
 
 
 def _windows(rng, L: int, B: int, t_max: float):

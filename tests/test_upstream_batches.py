@@ -111,7 +111,7 @@ def hlr_predict(w, x, t):
 @pytest.mark.parametrize("cls,short", [(DASH, False), (DASH, True), (DASHMCM, False), (HLR, False)])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fast_trainer_is_upstreams_training(cls, short, seed, monkeypatch):
-    from models.legacy_sort import TIE_ORDER_ENV
+    from upstream.legacy_sort import TIE_ORDER_ENV
 
     monkeypatch.setenv(TIE_ORDER_ENV, "generic")  # an order that permutes 42 equal keys (the default keeps them)
     data, items = interleaved_cards(seed)
@@ -134,13 +134,13 @@ def test_fast_trainer_is_upstreams_training(cls, short, seed, monkeypatch):
 
 # Upstream's own January-2025 code (other.py --model M) on the two upstream-check users in two environments: the
 # published results (numpy 2.2 on an AVX-512 CPU: the "published" tie order, the default) and a run with numpy 1.26
-# on a CPU without AVX-512 (check_users.UPSTREAM_NO_AVX512: the "generic" order, models/legacy_sort.py). In each
+# on a CPU without AVX-512 (check_users.UPSTREAM_NO_AVX512: the "generic" order, upstream/legacy_sort.py). In each
 # order the fast trainer equals that environment's numbers.
 @pytest.mark.parametrize("order", ["published", "generic"])
 @pytest.mark.parametrize("algo", ["DASH", "DASH[MCM]", "HLR"])
 def test_upstream_check_users_equal_upstreams_code(algo, order, tmp_path, monkeypatch):
     from check_users import CHECK, UPSTREAM, UPSTREAM_NO_AVX512
-    from models.legacy_sort import TIE_ORDER_ENV
+    from upstream.legacy_sort import TIE_ORDER_ENV
     from runner import read_results, run
 
     monkeypatch.setenv(TIE_ORDER_ENV, order)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from models.vec_math import log_vec
+from engine.vec_math import log_vec
 
 
 def libm_log(x: float) -> float:
