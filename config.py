@@ -124,6 +124,13 @@ class RunConfig:
             flags = tuple(f for f in flags if f != "equalize_test_with_non_secs")
         return flags
 
+    def refused_secs_flags(self, accepts_secs: bool) -> list[str]:
+        """The secs-family flags of this config that its model does not run (runner.py refuses them, rows.py skips
+        such a row): --secs and --equalize_test_with_non_secs need a model that declares `accepts_secs` unless they
+        are its built-in mode; --duration is only ever a built-in mode (the LSTM's)."""
+        return [f for f in ("secs", "duration", "equalize_test_with_non_secs")
+                if getattr(self, f) and f not in self.builtin_flags and not (accepts_secs and f != "duration")]
+
     @property
     def secs_mode(self) -> bool:
         """The general --secs feature pipeline (features.py step 5): for a model that declares `accepts_secs`

@@ -171,10 +171,9 @@ def skip_reason(row: Row) -> str | None:
         return row.unsupported
     if row.algo not in models.REGISTRY:
         return f"model {row.algo} is not in models.REGISTRY yet"
-    if row.flags.get("secs") or row.flags.get("with_same_day"):
-        cls = models.model_class(row.algo)
-        if not getattr(cls, "accepts_secs", False) and "secs" not in getattr(cls, "builtin_flags", ()):
-            return f"model {row.algo} does not run upstream's --secs mode yet"
+    cfg = dataclasses.replace(RunConfig(), algo=row.algo, **row.flags)
+    if cfg.refused_secs_flags(getattr(models.model_class(row.algo), "accepts_secs", False)):
+        return f"model {row.algo} does not run upstream's --secs mode yet"
     return None
 
 

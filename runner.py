@@ -90,9 +90,7 @@ def run(cfg: RunConfig, client=None) -> RunSummary:
         raise DataError(f"{cfg.algo}: --trainer autograd needs a model with torch step functions (a SeqModel whose "
                         "kernels module has torch_init/torch_step/torch_curve, or a model file: docs/own-model.md)")
     builtin = cfg.builtin_flags
-    accepts = getattr(cls, "accepts_secs", False)
-    refused = [f for f in ("secs", "duration", "equalize_test_with_non_secs")
-               if getattr(cfg, f) and f not in builtin and not (accepts and f != "duration")]
+    refused = cfg.refused_secs_flags(getattr(cls, "accepts_secs", False))
     if refused:
         raise DataError(f"{cfg.algo}: --{', --'.join(refused)} not implemented for this model (the models that "
                         "accept upstream's secs mode declare accepts_secs; --duration is the LSTM's only)")

@@ -179,3 +179,18 @@ def test_runner_refuses_secs_where_a_model_does_not_accept_it(tmp_path):
     with pytest.raises(DataError, match="FSRS-6-one-step: --equalize_test_with_non_secs not implemented"):
         run(RunConfig(algo="FSRS-6-one-step", equalize_test_with_non_secs=True, **base))
 
+
+def test_a_table_row_is_skipped_exactly_where_the_runner_would_refuse_its_secs_flags(tmp_path):
+    """rows.skip_reason and runner.run read one rule (RunConfig.refused_secs_flags): a same-day row of a model
+    without upstream's secs mode is skipped, and the runner refuses the same flags with its own message."""
+    import rows
+    from config import EMBEDDED_DATA
+    from data_loader import DataError
+    from runner import run
+
+    sm2 = rows.Row(name="SM2-short-secs", algo="SM2", flags={"with_same_day": True}, table="same-day")
+    assert rows.skip_reason(sm2) == "model SM2 does not run upstream's --secs mode yet"
+    with pytest.raises(DataError, match="SM2: --secs not implemented"):
+        run(rows.config_for(sm2, RunConfig(data=EMBEDDED_DATA, users=[3], quiet=True, result_dir=tmp_path)))
+    for name in ("HLR-short-secs", "LSTM-short-secs-duration", "LSTM", "FSRS-7"):  # built in or accepted
+        assert rows.skip_reason(rows.BY_NAME[name]) is None
