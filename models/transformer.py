@@ -18,8 +18,9 @@ The two trainers:
   neural/transformer_kernels.py): one numba call per batch for the forward and reverse pass of every target (float64,
   the padded positions attending and attended to exactly as in torch), torch's AdamW + cosine schedule in numba
   (kernel_math), the batch order from torch_rng.TorchGenerator's randperm(2023), and the dropout masks torch's
-  module draws (all ten sites, same generator, same order: `draw_masks`; emulated by torch_rng.BernoulliStream on AMD
-  CPUs, drawn by torch elsewhere). Tested against autograd of the module in float64 with the same masks (forward
+  module draws (all ten sites, same generator, same order: `draw_masks`; emulated by torch_rng.BernoulliStream where
+  torch_rng.portable_bernoulli() (AMD CPUs, and CPUs where torch's own draws were checked equal to it once),
+  drawn by torch elsewhere). Tested against autograd of the module in float64 with the same masks (forward
   1e-12, gradient 1e-9 of its largest component) and against the torch recipe over two epochs (weights 1e-8):
   tests/test_transformer_compiled.py. The only differences from the torch path are float64 instead of float32
   (embedded users: Log Loss equal to the 6th decimal, one user 1e-6 apart; 36 simulated users: every user within
@@ -35,7 +36,7 @@ The two trainers:
   up to eps), so 1e-15 changes reorder near-ties and moved AUC by up to 1e-3 on sim36 while every other metric
   stayed equal. Re-applied and measured again (issue #19, with the cross-attention exps by exp_nonpos): about
   even on the windows users have, training 0.91x on a mean-10-window user but 1.04-1.06x on a 45k-review user's
-  mean-6 windows, projection unchanged within noise; so not worth moving AUC for, and kept out.) The default path imports no torch on AMD CPUs (the
+  mean-6 windows, projection unchanged within noise; so not worth moving AUC for, and kept out.) The default path imports no torch where portable_bernoulli() (the
   module lives in neural/transformer_torch.py); its dropout masks come from torch_rng.BernoulliStream's compiled
   twister.
   Measured on 36 simulated users (/tmp/sim36, 229,622 reviews, whole process, one process): 68.5 s of CPU with

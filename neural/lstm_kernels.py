@@ -1317,13 +1317,32 @@ def make_plans(model, layout, cards):
     return plans
 
 
+def _memo_maker(dtype):
+    """A compiled (disk-cached) maker of plan_memo's two empty typed lists for plans of `dtype`: a typed List made
+    from Python compiles numba's list constructor in every process (~0.5 s, each run), one made in a cached
+    function is loaded with it (~10 ms)."""
+    arr = getattr(types, np.dtype(dtype).name)[:, ::1]
+    ints = types.int64[::1]
+    plans = types.ListType(types.Tuple((ints, ints, arr, ints, ints, ints)))
+
+    def make():
+        return List.empty_list(ints), List.empty_list(plans)
+    return make
+
+
+_memo32 = njit(cache=True)(_memo_maker(np.float32))
+_memo64 = njit(cache=True)(_memo_maker(np.float64))
+
+
 def plan_memo(dtype) -> tuple:
     """An empty memo of chunk plans for a layout whose card groups repeat (models/lstm.py's kernel_layout appends it
     to the layout as its 11th entry): (the groups' cards, their plans), filled by `call_plans` on first sight."""
-    arr = getattr(types, np.dtype(dtype).name)[:, ::1]
-    ints = types.int64[::1]
-    plan = types.Tuple((ints, ints, arr, ints, ints, ints))
-    return List.empty_list(ints), List.empty_list(types.ListType(plan))
+    name = np.dtype(dtype).name
+    if name == "float32":
+        return _memo32()
+    if name == "float64":
+        return _memo64()
+    raise ValueError(f"plan_memo: no plans of {name}")
 
 
 def call_plans(model, layout, cards, want):

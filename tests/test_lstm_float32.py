@@ -162,3 +162,20 @@ def test_fit_compiled_asks_for_the_memo_when_the_order_repeats(user8_lstm, monke
     net.fit_compiled(cards, np.tile(order, (2, 1)), 10_000, recipe)
     net.fit_compiled(cards, np.stack([order, order[::-1]]), 10_000, recipe)
     assert seen == [True, False]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_plan_memo_made_compiled_has_the_memos_types(dtype):
+    """plan_memo's two lists come from a cached compiled maker (not numba's list constructor compiled in every
+    process); they are empty typed lists of the item types the kernels' memo reads: int64 card arrays, and lists of
+    (int64[::1], int64[::1], dtype[:, ::1], int64[::1] ×3) plans."""
+    from numba import types
+
+    keys, plans = lstm_kernels.plan_memo(dtype)
+    ints = types.int64[::1]
+    arr = getattr(types, np.dtype(dtype).name)[:, ::1]
+    assert len(keys) == 0 and len(plans) == 0
+    assert keys._list_type.item_type == ints
+    assert plans._list_type.item_type == types.ListType(types.Tuple((ints, ints, arr, ints, ints, ints)))
+    with pytest.raises(ValueError):
+        lstm_kernels.plan_memo(np.int32)

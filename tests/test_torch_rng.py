@@ -48,3 +48,34 @@ def test_bernoulli_stream_equals_numpys_mersenne_twister(seed):
     for n, p in [(1, 0.9), (310, 0.9), (1, 0.3), (312, 0.9), (313, 0.9), (0, 0.9), (5000, 0.3), (100_003, 0.9),
                  (7, 0.0)]:
         np.testing.assert_array_equal(ours.bernoulli(n, p), _numpy_bernoulli(bits, n, p))
+
+
+def test_portable_verdict_is_measured_once_and_read_without_torch(tmp_path):
+    """On a CPU that is not AMD, portable_bernoulli() measures torch's own bernoulli_ against BernoulliStream once,
+    keeps the verdict in the cache folder, and a later process reads it without importing torch; its verdict is
+    torch's own answer here (checked directly against torch's default generator, as the module draws)."""
+    import os
+    import subprocess
+    import sys
+
+    from upstream.torch_rng import BernoulliStream, _cpu_fields
+
+    torch.manual_seed(42)
+    theirs = torch.empty(5000, dtype=torch.uint8).bernoulli_(0.9).numpy()
+    expected = bool(np.array_equal(BernoulliStream(42).bernoulli(5000, 0.9), theirs))
+    env = {**os.environ, "SRS_BENCH_CACHE": str(tmp_path)}
+    code = ("import sys; from upstream.torch_rng import portable_bernoulli; "
+            "print(portable_bernoulli(), 'torch' in sys.modules)")
+    first = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    second = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    if _cpu_fields().get("vendor_id") == "AuthenticAMD":  # decided by the vendor alone, nothing measured
+        assert expected and first.stdout.split() == second.stdout.split() == ["True", "False"]
+        return
+    assert first.stdout.split() == [str(expected), "True"]
+    assert second.stdout.split() == [str(expected), "False"]
+    verdicts = list(tmp_path.glob("torch-bernoulli-*.txt"))
+    assert len(verdicts) == 1 and verdicts[0].read_text().strip() == ("portable" if expected else "mkl")
+    # a kept verdict is what later processes follow (here the opposite one, written by hand)
+    verdicts[0].write_text("mkl\n" if expected else "portable\n")
+    third = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    assert third.stdout.split() == [str(not expected), "False"]

@@ -11,9 +11,10 @@ it against torch itself.
 `BernoulliStream` draws what `tensor.bernoulli_(p)` draws from torch's DEFAULT generator after
 torch.manual_seed(seed), on CPUs where torch takes its portable path: one Bernoulli per element in memory order,
 each from a 64-bit draw (two 32-bit words, the first the high half) whose low 53 bits u give u·2⁻⁵³ < p. On Intel
-CPUs an MKL build of torch draws instead from MKL's own stream (seeded by one draw of the generator), which is not
-reproduced: `portable_bernoulli()` says whether this CPU is one where the emulation applies (AMD), and callers draw
-with torch elsewhere. Why: the Transformer's compiled trainer needs ~10⁷ dropout-mask elements per user, and
+CPUs an MKL build of torch may draw instead from MKL's own stream (seeded by one draw of the generator), which is
+not reproduced: `portable_bernoulli()` says whether the emulation applies here (an AMD CPU; elsewhere measured once
+against torch itself and remembered in the cache folder: torch 2.13's CPU wheel takes the portable path on this
+project's Intel machines too), and callers draw with torch where it does not. Why: the Transformer's compiled trainer needs ~10⁷ dropout-mask elements per user, and
 torch's element-by-element draw (~10 ns each) cost as much as the network itself; the twister here is compiled
 (~1 ns an element, `_compare_pairs`). tests/test_torch_rng.py checks it against numpy's MT19937,
 tests/test_transformer_compiled.py against torch.
@@ -21,6 +22,7 @@ tests/test_transformer_compiled.py against torch.
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import lru_cache
 
@@ -154,15 +156,96 @@ def _fill_bernoulli(mt, pos, out, threshold):
     return pos
 
 
-@lru_cache(maxsize=None)
-def portable_bernoulli() -> bool:
-    """Whether torch's CPU bernoulli_ takes the portable mt19937 path here: an AMD CPU (Intel: MKL's stream in MKL
-    builds; anything not recognised counts as not portable)."""
+def _cpu_fields() -> dict[str, str]:
+    """/proc/cpuinfo's first value of each field ({} where it cannot be read)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip() == "AuthenticAMD"
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return False
+    return fields
+
+
+def _torch_tag() -> str | None:
+    """torch's installed version and location, read without importing it (None: no torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        from importlib.metadata import version
+
+        ver = version("torch")
+    except Exception:  # noqa: BLE001 - no metadata: the location alone
+        ver = "?"
+    return f"{ver} {spec.origin}"
+
+
+TORCH_SEED_CHECK = 42  # any seed: the check draws from a private generator
+
+
+def bernoulli_matches_torch() -> bool:
+    """Whether torch's own bernoulli_(p) here draws what BernoulliStream draws: several sizes and probabilities,
+    consecutive calls on one generator seeded as torch.manual_seed seeds the default one (a private generator:
+    the default generator's state is not touched). Imports torch."""
+    import torch
+
+    gen = torch.Generator().manual_seed(TORCH_SEED_CHECK)
+    stream = BernoulliStream(TORCH_SEED_CHECK)
+    for n, p in ((1, 0.9), (7, 0.9), (1000, 0.9), (4099, 0.5), (70001, 0.9), (3, 0.1)):
+        ours = stream.bernoulli(n, p)
+        theirs = torch.empty(n, dtype=torch.uint8).bernoulli_(p, generator=gen).numpy()
+        if not np.array_equal(ours, theirs):
+            return False
+    return True
+
+
+
+@lru_cache(maxsize=None)
+def portable_bernoulli() -> bool:
+    """Whether torch's CPU bernoulli_ takes the portable mt19937 path here, i.e. BernoulliStream draws what it
+    draws. On AMD CPUs it does (torch's MKL branch is for Intel CPUs only). On Intel CPUs MKL builds of torch used
+    MKL's own stream (VSL MCG31, not reproduced); the torch pinned in requirements.txt (2.13.0, CPU wheel) takes
+    the portable path on this project's Intel machines too. So on a CPU that is not AMD the answer is measured:
+    `bernoulli_matches_torch` (imports torch once), its verdict kept in the user's srs-bench cache folder per torch
+    version and location, CPU vendor and model, and read from there by later processes without importing torch
+    (the Transformer's default run then imports none; ~1.5 s a process). Anything that fails counts as not
+    portable (torch then draws the masks, as before)."""
+    fields = _cpu_fields()
+    if fields.get("vendor_id") == "AuthenticAMD":
+        return True
+    tag = _torch_tag()
+    if tag is None:
+        return False
+    import hashlib
+
+    from engine.jit_cache import _bases
+
+    key = hashlib.sha1(f"{tag} {fields.get('vendor_id', '')} {fields.get('model name', '')} "
+                       f"{sys.byteorder}".encode()).hexdigest()[:12]
+    name = f"torch-bernoulli-{key}.txt"
+    for base in _bases():
+        try:
+            verdict = (base / name).read_text(encoding="ascii").strip()
+        except OSError:
+            continue
+        if verdict in ("portable", "mkl"):
+            return verdict == "portable"
+    try:
+        portable = bernoulli_matches_torch()
+    except Exception:  # noqa: BLE001 - torch missing or failing here: torch draws (callers import it and say why)
+        return False
+    for base in _bases():
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            tmp = base / f"{name}.{os.getpid()}"
+            tmp.write_text("portable\n" if portable else "mkl\n", encoding="ascii")
+            os.replace(tmp, base / name)
+            break
+        except OSError:
+            continue
+    return portable
