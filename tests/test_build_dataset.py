@@ -1,4 +1,4 @@
-"""build_dataset.py: Anki collections -> anki-revlogs-10k layout, on four real collections (tests/fixtures/anki)."""
+"""build_dataset.py: Anki collections -> anki-revlogs-10k layout, on seven real collections (tests/fixtures/anki)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,12 @@ MY_DECKS = FIXTURES / "kedarmhaswade-my-anki-decks.anki21"
 KANJI = FIXTURES / "illdepence-kanjiplot.anki2"
 SAT = FIXTURES / "kedarmhaswade-SAT-math-formulas.colpkg"
 VOCAB = FIXTURES / "kedarmhaswade-english-vocab-2023.apkg"
-ALL = [MY_DECKS, KANJI, SAT, VOCAB]
+DOTFILES = FIXTURES / "geovannewashington-dot-files.anki2"
+FRENCH = FIXTURES / "mauriciopoppe-french-words-and-phrases.apkg"
+MINING = FIXTURES / "mauriciopoppe-japanese-mining.apkg"
+FIRST = [MY_DECKS, KANJI, SAT, VOCAB]
+ADDED = [DOTFILES, FRENCH, MINING]  # added later: users 5, 6, 7 of data/embedded
+ALL = FIRST + ADDED  # data/embedded's users 1..7, in this order
 
 # Expected (reviews, cards) after conversion. Each is also recomputed below by an independent SQL query that applies
 # the rules of spec/pipeline.md section 1.3 inside SQLite. The first two equal the published converter's row counts
@@ -31,6 +36,9 @@ EXPECTED = {
     KANJI.name: (6111, 1011),
     SAT.name: (224, 90),
     VOCAB.name: (94, 38),
+    DOTFILES.name: (3779, 760),
+    FRENCH.name: (3470, 461),
+    MINING.name: (2238, 164),
 }
 # Rating counts 1..4 (kanjiplot after the 3-button remap of (re)learning entries).
 EXPECTED_RATINGS = {
@@ -81,10 +89,15 @@ def converted():
 
 
 def test_fixtures_small_and_licensed():
-    total = sum(p.stat().st_size for p in ALL)
+    total = sum(p.stat().st_size for p in FIRST)
     assert total < 5_000_000
     assert (FIXTURES / "LICENSE-kedarmhaswade-my-anki-decks.txt").exists()
     assert (FIXTURES / "LICENSE-illdepence-kanjiplot.txt").exists()
+    # the later ones: each under 3 MB (the Japanese-mining export carries its 347 media files), 3.65 MB together
+    assert all(p.stat().st_size < 3_000_000 for p in ADDED)
+    assert sum(p.stat().st_size for p in ADDED) < 4_000_000
+    assert (FIXTURES / "LICENSE-geovannewashington-dot-files.txt").exists()
+    assert (FIXTURES / "LICENSE-mauriciopoppe-anki-decks.txt").exists()
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
@@ -170,6 +183,10 @@ def test_day_boundaries(converted):
     assert any("4:00 local time" in n and "+5.5" in n for n in notes)
     assert any("col.crt" in n for n in converted[KANJI.name][3])
     assert any("-7 h" in n for n in converted[SAT.name][3])
+    # their configs: creationOffset/localOffset 180 (minutes west of UTC), 240 in the two exports
+    assert any("4:00 local time" in n and "-3 h" in n for n in converted[DOTFILES.name][3])
+    assert any("4:00 local time" in n and "-4 h" in n for n in converted[FRENCH.name][3])
+    assert any("4:00 local time" in n and "-4 h" in n for n in converted[MINING.name][3])
 
 
 def test_decks_hierarchy(converted):
@@ -347,13 +364,19 @@ def test_no_text_in_output(tmp_path, converted):
 
 
 def test_embedded_data_is_reproducible(tmp_path, converted):
-    """data/embedded holds exactly what build_dataset.py makes of the four fixtures (users 1..4 in README order)."""
+    """data/embedded holds exactly what build_dataset.py makes of the seven fixtures (users 1..7 in README order),
+    and nothing else."""
     root = Path(__file__).resolve().parents[1] / "data" / "embedded"
     for uid, path in enumerate(ALL, start=1):
         for table, df in zip(("revlogs", "cards", "decks"), converted[path.name][:3]):
             stored = pd.read_parquet(root / table / f"user_id={uid}" / "data.parquet")
             pd.testing.assert_frame_equal(stored, df, obj=f"{table} user {uid}")
-    assert (root / "README.md").exists() and len(list(root.glob("LICENSE-*.txt"))) == 2
+    for table in ("revlogs", "cards", "decks"):
+        assert sorted(p.name for p in (root / table).iterdir()) == [f"user_id={u}" for u in range(1, len(ALL) + 1)]
+    assert (root / "README.md").exists()
+    assert sorted(p.name for p in root.glob("LICENSE-*.txt")) == [
+        f"LICENSE-{name}.txt" for name in ("geovannewashington-dot-files", "illdepence-kanjiplot",
+                                           "kedarmhaswade-my-anki-decks", "mauriciopoppe-anki-decks")]
 
 
 def test_v1_collection_with_four_learning_buttons_is_not_remapped(tmp_path):
@@ -371,13 +394,20 @@ def test_v1_collection_with_four_learning_buttons_is_not_remapped(tmp_path):
 def test_conversion_counts_what_each_rule_dropped(converted):
     """Kept reviews plus the drops per rule are the collection's whole revlog table (counted by SQL here), with the
     counts data/embedded/README.md gives: kanjiplot 15 cram + 32 before a reset; SAT 3,770 manual entries, 12 before
-    a reset, 234 of cards whose history does not start with learning."""
+    a reset, 234 of cards whose history does not start with learning; geovannewashington 1 manual entry; Japanese
+    mining 30 manual, 14 cram, 6 before a reset. The manual and cram counts are counted by SQL here too."""
     expect = {MY_DECKS.name: {}, KANJI.name: {"cram": 15, "reset": 32},
-              SAT.name: {"manual": 3770, "reset": 12, "incomplete": 234}, VOCAB.name: {}}
+              SAT.name: {"manual": 3770, "reset": 12, "incomplete": 234}, VOCAB.name: {},
+              DOTFILES.name: {"manual": 1}, FRENCH.name: {}, MINING.name: {"manual": 30, "cram": 14, "reset": 6}}
     for path in ALL:
         revlogs, _, _, notes = converted[path.name]
         assert {k: v for k, v in notes.dropped.items() if v} == expect[path.name]
         with bd.open_collection(path) as conn:
             (total,) = conn.execute("SELECT COUNT(*) FROM revlog").fetchone()
+            (manual,) = conn.execute("SELECT COUNT(*) FROM revlog "
+                                     "WHERE NOT (ease BETWEEN 1 AND 4 AND type BETWEEN 0 AND 3)").fetchone()
+            (cram,) = conn.execute("SELECT COUNT(*) FROM revlog "
+                                   "WHERE ease BETWEEN 1 AND 4 AND type = 3 AND factor = 0").fetchone()
         assert len(revlogs) + sum(notes.dropped.values()) == total
+        assert (notes.dropped["manual"], notes.dropped["cram"]) == (manual, cram)
         assert len(notes.dates) == 2 and notes.dates[0] <= notes.dates[1]

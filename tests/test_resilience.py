@@ -24,7 +24,8 @@ from config import EMBEDDED_DATA, RunConfig
 from data_loader import list_user_ids, review_counts
 from revlog_factory import make_revlog, write_user
 
-EVALUATED = [1, 2, 3]  # embedded users with enough data; user 4 is skipped (no line) by every model
+EVALUATED = [1, 2, 3, 5, 6, 7]  # embedded users with enough data; user 4 is skipped (no line) by every model
+ALL_USERS = [1, 2, 3, 4, 5, 6, 7]  # every embedded user
 
 
 def cfg_for(tmp_path, **kw):
@@ -143,7 +144,7 @@ def test_a_user_that_always_kills_its_worker_is_reported_and_the_exit_code_says_
     assert "1 failed: users 2" in err
     assert len(list(attempts.iterdir())) == runner.MAX_WORKER_DEATHS  # tried twice, in two different workers
     lines = result_lines(tmp_path / "result" / "AVG.jsonl")
-    assert sorted(l["user"] for l in lines) == [1, 3]
+    assert sorted(l["user"] for l in lines) == [u for u in EVALUATED if u != 2]
     assert comparable(lines) == {u: v for u, v in reference.items() if u != 2}
 
 
@@ -153,7 +154,7 @@ def test_workers_that_die_before_running_anything_do_not_loop_for_ever(tmp_path,
 
     monkeypatch.setattr(local_pool, "init_worker", broken_start)
     summary = runner.run(cfg_for(tmp_path))
-    assert summary.exit_code == 1 and sorted(summary.failed) == [1, 2, 3, 4]
+    assert summary.exit_code == 1 and sorted(summary.failed) == ALL_USERS
     assert all("broke 3 times in a row" in msg for msg in summary.failed.values())
     assert not (tmp_path / "result" / "AVG.jsonl").exists() or result_lines(tmp_path / "result" / "AVG.jsonl") == []
 
@@ -236,7 +237,7 @@ def test_death_reasons_in_words():
 def test_dask_local_cluster_gives_the_local_executors_results(tmp_path, reference):
     """--executor dask with no scheduler: a LocalCluster of 2 worker processes on 127.0.0.1."""
     summary = runner.run(cfg_for(tmp_path, executor="dask", processes=2))
-    assert summary.exit_code == 0 and summary.done == 3 and set(summary.skipped) == {4}
+    assert summary.exit_code == 0 and summary.done == len(EVALUATED) and set(summary.skipped) == {4}
     lines = result_lines(tmp_path / "result" / "AVG.jsonl")
     assert [l["user"] for l in lines] == EVALUATED
     assert comparable(lines) == reference
@@ -331,8 +332,8 @@ def s3_data(monkeypatch):
 
 
 def test_data_from_s3_local_pool_and_dask(s3_data, tmp_path, reference, dask_cluster):
-    assert list_user_ids(s3_data) == list_user_ids(EMBEDDED_DATA) == [1, 2, 3, 4]
-    assert review_counts(s3_data, [1, 2, 3, 4]) == review_counts(EMBEDDED_DATA, [1, 2, 3, 4])
+    assert list_user_ids(s3_data) == list_user_ids(EMBEDDED_DATA) == ALL_USERS
+    assert review_counts(s3_data, ALL_USERS) == review_counts(EMBEDDED_DATA, ALL_USERS)
     code = runner.main(["--model", "AVG", "--data", s3_data, "--processes", "2", "--quiet",
                         "--result-dir", str(tmp_path / "local" / "result")], "test", "AVG", None)
     assert code == 0
