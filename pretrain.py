@@ -97,23 +97,32 @@ from models import neural_seq
 
 def load_cohort(root: Path, users: list[int] | None, short: bool, max_seq_len: int = 64, quiet: bool = False,
                 model_cls=None, secs: bool = False):
-    """Each user's targets (users with too little data are skipped, as upstream's create_features returns nothing
-    for them), with the model's per-user hook applied (the LSTM's extra inputs); returns (list, used ids)."""
+    """Each user's targets, with the model's per-user hook applied (the LSTM's extra inputs); returns (list, used
+    ids). Users with too little data are skipped, as upstream's create_features returns nothing for them; so is a
+    user whose data cannot be read or used (one line naming the user and the error, then the next user), and the
+    requested ids absent from the folder are counted in one line (anki-revlogs-10k numbers its users with gaps)."""
     ids = list_user_ids(root)
     if users is not None:
         wanted = set(users)
+        absent = len(wanted.difference(ids))
         ids = [u for u in ids if u in wanted]
+        if absent and not quiet:
+            print(f"{absent} of the {len(wanted)} requested user id(s) are not in {root}/revlogs", file=sys.stderr)
     hook = getattr(model_cls, "restrict_targets", None)
     parts, used = [], []
     for u in ids:
         try:
             data = build_features(load_revlogs(root, u), FeatureConfig(short=short, max_seq_len=max_seq_len,
                                                                        secs=secs))
+            parts.append(hook(data, root, u) if hook is not None else data)
         except NotEnoughData:
             if not quiet:
                 print(f"user {u}: skipped (not enough data)", file=sys.stderr)
             continue
-        parts.append(hook(data, root, u) if hook is not None else data)
+        except Exception as exc:  # a damaged or foreign file: say so and go on with the others
+            if not quiet:
+                print(f"user {u}: skipped ({type(exc).__name__}: {exc})", file=sys.stderr)
+            continue
         used.append(u)
     if not parts:
         raise SystemExit("no user with enough data in the pretraining cohort")
