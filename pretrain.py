@@ -184,6 +184,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=65536)
     p.add_argument("--max_seq_len", type=int, default=64)
     p.add_argument("--trainer", choices=["fast", "upstream"], default="fast")
+    p.add_argument("--mix", nargs=3, action="append", default=[], metavar=("ROOT", "USERS", "TIMES"),
+                   help="also train on these users of another folder, TIMES copies of them after --data's users "
+                        "(all of them once, then again, ...); may be repeated. The shipped files: see the docstring")
     p.add_argument("--out", type=Path, default=None, help="output file (default: pretrain/<model>[-short].pth)")
     a = p.parse_args(argv)
     if not a.model:
@@ -201,7 +204,13 @@ def main(argv=None) -> int:
     if a.secs and not getattr(cls, "accepts_secs", False):
         p.error(f"--secs: {a.model} does not accept upstream's secs mode")
     users, used = load_cohort(root, parse_users(a.users), short, a.max_seq_len, model_cls=cls, secs=a.secs)
-    print(f"{a.model}: {len(used)} user(s), {sum(len(d) for d in users)} target rows; features "
+    mixed = ""
+    for mix_root, mix_users, times in a.mix:
+        mroot, _ = resolve_data_root(Path(mix_root))
+        extra, mused = load_cohort(mroot, parse_users(mix_users), short, a.max_seq_len, model_cls=cls, secs=a.secs)
+        users += extra * int(times)
+        mixed += f" + {int(times)} x {len(mused)} of {mix_root} ({','.join(map(str, mused))})"
+    print(f"{a.model}: {len(used)} user(s){mixed}, {sum(len(d) for d in users)} target rows; features "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     t0 = time.perf_counter()
     out = a.out or neural_seq.pretrain_path(cls.name + ("-short" if a.short and a.model not in ALWAYS_SHORT else "")

@@ -54,3 +54,19 @@ def test_pretrain_main_on_real_folder_writes_shipped_format(tmp_path, capsys, mo
     with np.load(out.with_suffix(".npz")) as npz:  # the torch-free runs' copy
         assert sorted(npz.files) == sorted(state)
         assert all(np.array_equal(npz[k], v.numpy()) for k, v in state.items())
+
+
+def test_pretrain_mix_appends_copies_of_other_users(tmp_path, capsys):
+    """--mix ROOT USERS TIMES (how the shipped files add the real collections to the simulated users): the cohort
+    is --data's users, then TIMES copies of the mixed users; the target rows add up accordingly."""
+    import pretrain
+    from data_loader import load_revlogs
+    from features import FeatureConfig, build_features
+
+    rows = {u: len(build_features(load_revlogs(CHECK, u), FeatureConfig())) for u in (8, 12)}
+    out = tmp_path / "GRU-P.pth"
+    assert pretrain.main(["--model", "GRU-P", "--data", str(CHECK), "--users", "8", "--mix", str(CHECK), "12", "3",
+                          "--epochs", "1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"GRU-P: 1 user(s) + 3 x 1 of {CHECK} (12), {rows[8] + 3 * rows[12]} target rows" in err
+    assert out.exists() and out.with_suffix(".npz").exists()
