@@ -70,3 +70,18 @@ def test_pretrain_mix_appends_copies_of_other_users(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"GRU-P: 1 user(s) + 3 x 1 of {CHECK} (12), {rows[8] + 3 * rows[12]} target rows" in err
     assert out.exists() and out.with_suffix(".npz").exists()
+
+
+def test_simulate_retention_range_is_the_same_draw():
+    """bench/simulate.py --retention LO HI (the wide-retention users of the shipped files): the default range given
+    explicitly is the default user, bit for bit; a low range makes interval reviews fail more often."""
+    from bench.simulate import simulate_user
+
+    base = simulate_user(3000, seed=7)
+    assert simulate_user(3000, seed=7, retention=(0.85, 0.95)).equals(base)
+
+    def fail_rate(df):
+        interval = df[df["elapsed_days"] > 0]
+        return float((interval["rating"] == 1).mean())
+
+    assert fail_rate(simulate_user(3000, seed=7, retention=(0.6, 0.61))) > fail_rate(base) + 0.1
