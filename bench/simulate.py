@@ -196,7 +196,8 @@ def _simulate(n_reviews, seed, w_true, w_sched, retention, new_per_day, first_p,
     return ev_card[:n], ev_day[:n], ev_sec[:n], ev_rating[:n], ev_state[:n]
 
 
-def simulate_user(n_reviews: int, seed: int = 0, realistic: bool = False) -> pd.DataFrame:
+def simulate_user(n_reviews: int, seed: int = 0, realistic: bool = False,
+                  retention: tuple[float, float] | None = None) -> pd.DataFrame:
     """One user's revlog with exactly `n_reviews` rows, deterministic for a seed (same machine and numba).
 
     realistic=True draws users closer to the real collections in data/embedded (used for pretraining the neural
@@ -206,20 +207,22 @@ def simulate_user(n_reviews: int, seed: int = 0, realistic: bool = False) -> pd.
     retention (2-4 % of interval reviews fail), and many press Easy (one embedded user: 62 % of first ratings). So
     here: a session on a given day with probability p_active in [0.15, 0.95] (due cards wait, overdue, for the next
     one), retention in [0.9, 0.97], 4-40 new cards per study day, and rating mixes with a wider spread and more Easy.
+    `retention` = (lo, hi) replaces the range the scheduler's desired retention is drawn from (the same draw, so
+    the other parameters of a seed do not change), e.g. (0.6, 0.95) for users who fail more often.
     """
     rng = np.random.default_rng(seed)
     w_true = draw_parameters(rng)
     if realistic:
         w_true[:4] *= np.exp(rng.uniform(0.3, 1.2))  # memory stronger than the scheduler's default parameters
         w_true[8] += rng.uniform(0.4, 0.9)
-        retention = float(rng.uniform(0.86, 0.95))
+        retention = float(rng.uniform(*(retention or (0.86, 0.95))))
         new_per_day = int(rng.integers(3, 21))
         first_p = rng.dirichlet(np.array([12.0, 5.0, 50.0, 33.0]) * 0.3)
         pass_p = rng.dirichlet(np.array([8.0, 70.0, 22.0]) * 0.3)
         late_p = float(rng.uniform(0.05, 0.3))
         p_active = float(rng.uniform(0.15, 0.95))
     else:
-        retention = float(rng.uniform(0.85, 0.95))
+        retention = float(rng.uniform(*(retention or (0.85, 0.95))))
         new_per_day = int(rng.integers(8, 31))
         first_p = rng.dirichlet(np.array([20.0, 8.0, 60.0, 12.0]) * 4)
         pass_p = rng.dirichlet(np.array([7.0, 85.0, 6.0]) * 6)
@@ -261,11 +264,11 @@ def simulate_user(n_reviews: int, seed: int = 0, realistic: bool = False) -> pd.
 
 
 def write_users(out: Path, n_reviews: int, n_users: int, seed: int = 0, first_id: int = 1,
-                realistic: bool = False) -> list[Path]:
+                realistic: bool = False, retention: tuple[float, float] | None = None) -> list[Path]:
     paths = []
     for k in range(n_users):
         uid = first_id + k
-        df = simulate_user(n_reviews, seed + k, realistic)
+        df = simulate_user(n_reviews, seed + k, realistic, retention)
         folder = Path(out) / "revlogs" / f"user_id={uid}"
         folder.mkdir(parents=True, exist_ok=True)
         df.to_parquet(folder / "data.parquet", index=False)
@@ -303,8 +306,10 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0, help="user k uses seed + k")
     p.add_argument("--realistic", action="store_true",
                    help="users closer to real collections (days off, higher retention, more Easy; simulate_user)")
+    p.add_argument("--retention", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="draw each user's desired retention from [LO, HI] (default: 0.85-0.95; --realistic 0.86-0.95)")
     a = p.parse_args(argv)
-    for path in write_users(a.out, a.reviews, a.users, a.seed, a.first_id, a.realistic):
+    for path in write_users(a.out, a.reviews, a.users, a.seed, a.first_id, a.realistic, a.retention):
         print(path)
 
 
