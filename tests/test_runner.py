@@ -233,3 +233,21 @@ def test_preset_partitions_train_one_model_per_preset(tmp_path):
         for p in pd.unique(te.partition):
             expected += [round(tr.y[tr.partition == p].mean(), 4)] * int((te.partition == p).sum())
     assert raw["p"] == expected
+
+
+def test_a_run_freezes_what_it_imported_out_of_the_garbage_collector(tmp_path):
+    """The run path freezes the GC's view of the imported modules (local_pool.run_pool), so that full collections
+    during users skip them; what a user allocates afterwards is collected as usual."""
+    import gc
+
+    from config import EMBEDDED_DATA, RunConfig
+    from runner import run
+
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    run(RunConfig(algo="AVG", data=EMBEDDED_DATA, users=[3], processes=1, quiet=True, result_dir=tmp_path))
+    assert gc.get_freeze_count() > 1000
+    cycle = []
+    cycle.append(cycle)
+    del cycle
+    assert gc.collect() >= 1  # a new cycle is still found and freed
