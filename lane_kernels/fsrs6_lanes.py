@@ -46,6 +46,11 @@ reverse 21-24 ns; the forward is throughput-bound (the same ns per lane slot at 
 instructions per 4 lanes with its register spills. The objective pass (fit_loss: forward + loss, no gradient)
 gained only 1.15-1.18x while the targets' adjoints were computed in the forward pass, 1.35x since they are in the
 reverse pass. The whole fit (5 folds, S0 not included): see fsrs6_kernels' docstring.
+
+WHY HAND-WRITTEN (issue #39): FSRS-6's equations exist as this kernel, the scalar plug-in
+(models/fsrs6_kernels.py) and a torch module (upstream/fsrs6_torch.py), but not as a one-file torch definition that
+the tracer could generate from; until one exists there is no generated kernel to measure this one against. It is
+held to the scalar plug-in (tests/test_fsrs6_lanes.py).
 """
 
 from __future__ import annotations

@@ -53,6 +53,14 @@ same result lines and tests/test_fsrs_legacy_lanes.py passing.
 Not tried, by estimate: v3's ln D' (its lapse's alone) in a second loop at the positions where a lane lapses, as
 fsrs_v4_lanes does: it would save one vectorised log a position but cost a log and an exp at every position where
 any of the 8 lanes lapses (most of them at a 10-15% lapse rate), so no gain is expected.
+
+WHY HAND-WRITTEN (issue #39): the tracer (engine/traced.py) generates a plug-in and its lane kernel from
+models/fsrs_v2.py's and fsrs_v3.py's torch_init / torch_step / torch_curve; those generated kernels give the same
+loss and gradient (tests/test_fsrs_legacy_lanes.py holds this one to them) but are slower: generated / hand 1.34x
+(FSRS v2), 2.22x (FSRS v3), kernel alone on one batch of 20,000 random cards, loss and gradient, 15 pairs back to
+back in one process (python bench/bench_generated_lanes.py --models FSRSv2,FSRSv3, 28 Nov 2026). FSRS v1's torch
+equations do not trace yet: torch.relu, which the tracer has no rule for, and a float32 lapse count in the state,
+where it accepts float64 values only.
 """
 
 from __future__ import annotations

@@ -44,6 +44,14 @@ embedded data, and FSRSv4, FSRS-4.5, FSRS-5, -recency on sim36 users 1-6. Whole 
 project, main's tree and this one back to back, twice; CPU-hours for 10,000 users): FSRS-5 0.78 -> 0.50 and
 0.61 -> 0.47, FSRS-4.5 0.78 -> 0.41 and 0.58 -> 0.30; one run: FSRS-5-recency 0.63 -> 0.48, FSRSv4 0.56 -> 0.36
 (S0, features and predictions unchanged; the machine's load moved main's own figures by a quarter between runs).
+
+WHY HAND-WRITTEN (issue #39): the tracer (engine/traced.py) generates a plug-in and its lane kernel from the same
+modules' torch_init / torch_step / torch_curve; that generated kernel gives the same loss and gradient
+(tests/test_fsrs_v4_lanes.py holds this one to it) but is slower: generated / hand 2.33x (FSRS v4), 1.75x
+(FSRS-4.5), 1.71x (FSRS-5), kernel alone on one batch of 20,000 random cards, loss and gradient, 15 pairs back to
+back in one process (python bench/bench_generated_lanes.py, 28 Nov 2026). What this kernel does that the generator
+does not yet: the weight-only terms hoisted out of the card loop (precompute), the exp/pow values of the forward
+pass kept per position for the reverse pass, and one kernel for the three versions' shared core.
 """
 
 from __future__ import annotations

@@ -339,3 +339,17 @@ def test_lanes_refuse_a_target_off_the_layout():
 
     loss, grad = lane_loss_grad("FSRSv3", np.array(FSRSv3.default_w), _off_layout_data())
     assert math.isnan(loss) and not grad.any()
+
+
+@pytest.mark.parametrize("name", ["FSRSv2", "FSRSv3"])
+def test_the_hand_kernel_equals_the_one_generated_from_the_torch_equations(name):
+    """The hand kernel stays because the generated one is slower (module docstring); it is held to it: the lane
+    kernel engine/traced.py generates from the same module's torch equations gives the same loss and gradient within
+    1e-12 over one batch of all cards at the model's default weights."""
+    from bench.bench_generated_lanes import Batch, plugins
+
+    hand, generated, w = plugins(name)
+    batch = Batch(random_data(np.random.default_rng(7), 400))
+    (lh, gh), (lg, gg) = batch.kernel(hand, w)(), batch.kernel(generated, w)()
+    assert math.isfinite(lh) and abs(lg - lh) <= 1e-12 * abs(lh)
+    assert np.abs(gg - gh).max() <= 1e-12 * np.abs(gh).max()
