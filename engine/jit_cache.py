@@ -32,16 +32,24 @@ PACKAGES = ("models", "engine", "lane_kernels", "neural", "upstream")  # the fol
 _ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cpu() -> str:
-    """The CPU's model name and instruction-set flags (numba compiles for the host's), as text."""
+def cpu_fields() -> dict[str, str] | None:
+    """/proc/cpuinfo's first value of each field (None where it cannot be read)."""
     try:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return f"{platform.machine()} {platform.processor()}"
-    fields = {}
+        return None
+    fields: dict[str, str] = {}
     for line in info.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _cpu() -> str:
+    """The CPU's model name and instruction-set flags (numba compiles for the host's), as text."""
+    fields = cpu_fields()
+    if fields is None:
+        return f"{platform.machine()} {platform.processor()}"
     return f"{platform.machine()} {fields.get('model name', '')} {fields.get('flags', fields.get('Features', ''))}"
 
 
@@ -55,7 +63,8 @@ def version_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def _bases() -> list[Path]:
+def cache_bases() -> list[Path]:
+    """The srs-bench cache folders to try, in order (module docstring: where)."""
     if os.environ.get("SRS_BENCH_CACHE"):
         return [Path(os.environ["SRS_BENCH_CACHE"])]
     xdg = os.environ.get("XDG_CACHE_HOME")
@@ -80,7 +89,7 @@ def use_cache_folder() -> str | None:
     if os.environ.get("NUMBA_CACHE_DIR"):
         return None
     name = f"numba-{version_digest()}"
-    for base in _bases():
+    for base in cache_bases():
         target = base / name
         try:
             target.mkdir(parents=True, exist_ok=True)

@@ -156,19 +156,6 @@ def _fill_bernoulli(mt, pos, out, threshold):
     return pos
 
 
-def _cpu_fields() -> dict[str, str]:
-    """/proc/cpuinfo's first value of each field ({} where it cannot be read)."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    return fields
-
-
 def _torch_tag() -> str | None:
     """torch's installed version and location, read without importing it (None: no torch)."""
     import importlib.util
@@ -215,7 +202,9 @@ def portable_bernoulli() -> bool:
     version and location, CPU vendor and model, and read from there by later processes without importing torch
     (the Transformer's default run then imports none; ~1.5 s a process). Anything that fails counts as not
     portable (torch then draws the masks, as before)."""
-    fields = _cpu_fields()
+    from engine.jit_cache import cache_bases, cpu_fields
+
+    fields = cpu_fields() or {}
     if fields.get("vendor_id") == "AuthenticAMD":
         return True
     tag = _torch_tag()
@@ -223,12 +212,10 @@ def portable_bernoulli() -> bool:
         return False
     import hashlib
 
-    from engine.jit_cache import _bases
-
     key = hashlib.sha1(f"{tag} {fields.get('vendor_id', '')} {fields.get('model name', '')} "
                        f"{sys.byteorder}".encode()).hexdigest()[:12]
     name = f"torch-bernoulli-{key}.txt"
-    for base in _bases():
+    for base in cache_bases():
         try:
             verdict = (base / name).read_text(encoding="ascii").strip()
         except OSError:
@@ -239,7 +226,7 @@ def portable_bernoulli() -> bool:
         portable = bernoulli_matches_torch()
     except Exception:  # noqa: BLE001 - torch missing or failing here: torch draws (callers import it and say why)
         return False
-    for base in _bases():
+    for base in cache_bases():
         try:
             base.mkdir(parents=True, exist_ok=True)
             tmp = base / f"{name}.{os.getpid()}"
