@@ -13,7 +13,6 @@ of the per-pair ratios generated / hand is printed, with the largest relative di
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
@@ -27,15 +26,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import numpy as np  # noqa: E402
 
 from engine.lanes import card_items  # noqa: E402
-from engine.seq_engine import Cards  # noqa: E402
+from engine.seq_engine import Cards, lane_function  # noqa: E402
 from engine.traced import compile_module  # noqa: E402
 from engine.traced_codegen import TraceError  # noqa: E402
-
-
-def lane_function(plugin: str):
-    """The lane kernel a plug-in names ("module" or "module:function")."""
-    module, _, function = sys.modules[plugin].LANE_KERNELS.partition(":")
-    return getattr(importlib.import_module(module), function or "lanes_loss_grad")
 
 
 def plugins(row: str) -> tuple[str, str, np.ndarray]:
@@ -61,7 +54,8 @@ class Batch:
     def kernel(self, plugin: str, w):
         """The plug-in's lane kernel over the batch at weights w: a call returns (loss, gradient of w); the
         run-time options are the defaults (day mode's s_min)."""
-        pm, fn, c, opts = sys.modules[plugin], lane_function(plugin), self.cards, np.zeros(0)
+        pm, c, opts = sys.modules[plugin], self.cards, np.zeros(0)
+        fn = lane_function(pm.LANE_KERNELS)
         wc = pm.precompute(np.asarray(w, float), opts)
         gwc = np.zeros(len(wc))
 

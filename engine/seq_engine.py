@@ -179,6 +179,12 @@ def instantiate(model_module: str, fallback: bool = False):
 _LANE_KERNELS: dict[str, int] = {}
 
 
+def lane_function(kernels: str):
+    """The lane kernel a LANE_KERNELS value names: "module" (its lanes_loss_grad) or "module:function"."""
+    module, _, function = kernels.partition(":")
+    return getattr(importlib.import_module(module), function or "lanes_loss_grad")
+
+
 def lane_kernel(model_module: str) -> int:
     """The address of the plug-in's lane kernel (its LANE_KERNELS: "module", whose lanes_loss_grad, or
     "module:function"), compiled (or loaded from the disk cache) on its own: the engine's loops call it through
@@ -188,8 +194,7 @@ def lane_kernel(model_module: str) -> int:
         name = getattr(importlib.import_module(model_module), "LANE_KERNELS", None)
         address = 0
         if name:
-            module, _, function = name.partition(":")
-            address = kernel_address(getattr(importlib.import_module(module), function or "lanes_loss_grad"))
+            address = kernel_address(lane_function(name))
         _LANE_KERNELS[model_module] = address
     return _LANE_KERNELS[model_module]
 
@@ -198,9 +203,9 @@ def lane_units(kernels: str, model_module: str) -> list[Unit]:
     """The lane kernel `kernels` (a LANE_KERNELS value) as compile units: the kernel, after the large parts its
     module lists in PARTS ((helper, argument types) pairs: @inlined helpers it calls), each a unit of its own, so
     that a first run's workers compile them side by side and the kernel then loads them from the cache."""
-    module, _, function = kernels.partition(":")
+    kernel = lane_function(kernels)
+    module = kernels.partition(":")[0]
     mod = importlib.import_module(module)
-    kernel = getattr(mod, function or "lanes_loss_grad")
     parts = [Unit(f"lane kernel part {module}.{helper.py_func.__name__}", 2.0,
                   partial(helper.compile_for, kernel, argtypes)) for helper, argtypes in getattr(mod, "PARTS", ())]
     return parts + [Unit(f"lane kernel {kernels}", 2.5 if parts else 4.0, partial(lane_kernel, model_module),
