@@ -1,5 +1,6 @@
 """Shared by the lane-kernel tests: the code a lanes_loss_grad compiles to, checked for AVX2 or AVX-512 vectors; a
-copy of a plug-in without its lanes; a lane gradient against central differences of the lane loss."""
+copy of a plug-in without its lanes; a lane gradient against central differences of the lane loss; a hand lane
+kernel against the one generated from its module's torch equations."""
 
 from __future__ import annotations
 
@@ -45,3 +46,23 @@ def lane_code(fresh, wc, cards, items) -> tuple[str, str]:
         pytest.skip("no AVX2 on this CPU")
     assert "<4 x double>" in llvm_ir or "<8 x double>" in llvm_ir
     return llvm_ir, asm
+
+
+def assert_hand_lanes_equal_generated(row: str, data, changes: dict | None = None, grad_tol: float = 1e-12) -> None:
+    """The registered row's hand lane kernel and the one engine/traced.py generates from the same module's torch
+    equations (bench/bench_generated_lanes.py), over one batch of all of data's cards at the model's default
+    weights with `changes` ({index: value}, indices past its weights ignored): loss within 1e-12, gradient within
+    grad_tol of its largest component."""
+    import math
+
+    from bench.bench_generated_lanes import Batch, plugins
+
+    hand, generated, w = plugins(row)
+    for i, v in (changes or {}).items():
+        if i < len(w):
+            w[i] = v
+    batch = Batch(data)
+    (lh, gh), (lg, gg) = batch.kernel(hand, w)(), batch.kernel(generated, w)()
+    assert sys.modules[generated].LANE_KERNELS != sys.modules[hand].LANE_KERNELS
+    assert math.isfinite(lh) and abs(lg - lh) <= 1e-12 * abs(lh)
+    assert np.abs(gg - gh).max() <= grad_tol * np.abs(gh).max()

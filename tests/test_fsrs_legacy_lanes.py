@@ -26,7 +26,8 @@ from engine.lanes import card_items, kernel_address
 from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
 from engine.seq_model import TorchSeqNet
 from tests.test_fsrs6_fast import random_data
-from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
+from lane_code import (assert_gradient_is_central_differences, assert_hand_lanes_equal_generated, lane_code,
+                       scalar_plugin)
 
 MODELS = {"FSRSv1": FSRSv1, "FSRSv2": FSRSv2, "FSRSv3": FSRSv3}
 ENTRY = {"FSRSv1": fl.lanes_loss_grad_v1, "FSRSv2": fl.lanes_loss_grad_v2, "FSRSv3": fl.lanes_loss_grad_v3}
@@ -346,10 +347,4 @@ def test_the_hand_kernel_equals_the_one_generated_from_the_torch_equations(name)
     """The hand kernel stays because the generated one is slower (module docstring); it is held to it: the lane
     kernel engine/traced.py generates from the same module's torch equations gives the same loss and gradient within
     1e-12 over one batch of all cards at the model's default weights."""
-    from bench.bench_generated_lanes import Batch, plugins
-
-    hand, generated, w = plugins(name)
-    batch = Batch(random_data(np.random.default_rng(7), 400))
-    (lh, gh), (lg, gg) = batch.kernel(hand, w)(), batch.kernel(generated, w)()
-    assert math.isfinite(lh) and abs(lg - lh) <= 1e-12 * abs(lh)
-    assert np.abs(gg - gh).max() <= 1e-12 * np.abs(gh).max()
+    assert_hand_lanes_equal_generated(name, random_data(np.random.default_rng(7), 400))

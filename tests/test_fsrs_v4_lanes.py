@@ -19,7 +19,8 @@ from models.fsrs_v5 import FSRS5
 from engine.lanes import card_items, kernel_address
 from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
 from tests.test_fsrs6_fast import random_data
-from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
+from lane_code import (assert_gradient_is_central_differences, assert_hand_lanes_equal_generated, lane_code,
+                       scalar_plugin)
 
 MODELS = {"FSRSv4": FSRSv4, "FSRS-4.5": FSRS45, "FSRS-5": FSRS5}
 ENTRY = {"FSRSv4": fl.lanes_loss_grad_v4, "FSRS-4.5": fl.lanes_loss_grad_v45, "FSRS-5": fl.lanes_loss_grad_v5}
@@ -309,16 +310,5 @@ def test_the_hand_kernel_equals_the_one_generated_from_the_torch_equations(name,
     loss and gradient within 1e-12 over one batch of all cards at the default weights, and within 1e-11 of the
     largest gradient component at the clamped ones (forgotten targets with R near 1 magnify last-bit rounding, as
     in test_lanes_equal_reference_clamped)."""
-    import sys
-
-    from bench.bench_generated_lanes import Batch, plugins
-
-    hand, generated, w = plugins(name)
-    for i, v in CLAMPED.get(case, {}).items():
-        if i < len(w):
-            w[i] = v
-    batch = Batch(random_data(np.random.default_rng(7), 400))
-    (lh, gh), (lg, gg) = batch.kernel(hand, w)(), batch.kernel(generated, w)()
-    assert sys.modules[generated].LANE_KERNELS != sys.modules[hand].LANE_KERNELS
-    assert math.isfinite(lh) and abs(lg - lh) <= 1e-12 * abs(lh)
-    assert np.abs(gg - gh).max() <= (1e-11 if case in CLAMPED else 1e-12) * np.abs(gh).max()
+    assert_hand_lanes_equal_generated(name, random_data(np.random.default_rng(7), 400), CLAMPED.get(case),
+                                      1e-11 if case in CLAMPED else 1e-12)
