@@ -629,8 +629,25 @@ _LANE_FN = {"exp": "exp1", "log": "log1", "log1p": "log1p1", "tanh": "tanh1", "s
 
 
 def _flag(cond: str) -> str:
-    """The lane dialect's line that flags a review whose value takes the scalar code's libm-only branch."""
-    return f"    bad += 0.0 if ({cond}) else 1.0"
+    """The lane dialect's line that flags a review whose value takes the scalar code's libm-only branch: a count
+    in an integer (an integer sum vectorises without reordering float additions; a store into A inside the lane
+    loop would make LLVM check A against every row of X it reads and writes, and give up past a few such checks)."""
+    return f"    nbad += 0 if ({cond}) else 1"
+
+
+def _guard_conditions(nodes, k: int) -> list[str]:
+    """The lane dialect's conditions on the operands that a node fused across a where's sides
+    (engine/traced_branches.py) no longer computes, one per operand: each must hold (the untaken value finite, as
+    the scalar code's gradient needs), else the review is flagged."""
+    op, _, attr, _, _ = nodes[k]
+    if not (isinstance(attr, tuple) and attr and attr[0] == "guard"):
+        return []
+    ids = attr[1]
+    if op == "pow":
+        return [f"v{x} > 0.0 and v{x} < math.inf and abs(v{y}) < math.inf" for x, y in zip(ids[::2], ids[1::2])]
+    cond = {"exp": "v{0} < 709.782712893384", "log": "v{0} > 0.0 and v{0} < math.inf",
+            "log1p": "v{0} > -1.0 and v{0} < math.inf"}[op]
+    return [cond.format(x) for x in ids]
 
 
 def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None,
@@ -645,6 +662,8 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
     for k in order:
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
+        guards = _guard_conditions(nodes, k) if lanes and f"v{k}" not in reads else []
+        lines += [_flag(cond) for cond in guards]  # (a reverse pass reads the value: its forward checked them)
         if _computed_pow(nodes, k, leaves) and args[0] not in logged:
             logged.add(args[0])
             ln = fn("log")
@@ -698,7 +717,8 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = f"float({x}) ** float({y})"
             domain = f"{x} > 0.0 and {x} < math.inf and abs({y}) < math.inf"
             if dtype == "f8" and lanes:
-                lines.append(_flag(domain))
+                if not guards:  # a fused pow's guard checks both sides' operands, its own among them
+                    lines.append(_flag(domain))
                 expr = f"exp1({y} * l{args[0]})"
             elif dtype == "f8":
                 expr = f"math.exp({y} * l{args[0]}) if ({domain}) else {expr}"
@@ -838,8 +858,11 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         elif op == "powc":
             if attr != 0.0:
                 e = float(attr)
-                if e in (1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0) or args[0] not in act:
-                    add(args[0], f"{g} * ({_lit(e)} * {_pow_const(a[0], e - 1.0)})")
+                direct = _pow_const(a[0], e - 1.0)
+                if lanes and "**" in direct:  # x^(e−1) as v/x (a libm pow would keep the lane loop scalar)
+                    add(args[0], f"{g} * ({_lit(e)} * {quotient(f'v{k}', a[0], '1.0', direct)})")
+                elif e in (1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0) or args[0] not in act:
+                    add(args[0], f"{g} * ({_lit(e)} * {direct})")
                 else:
                     add(args[0], f"{g} * ({_lit(e)} * {quotient(f'v{k}', a[0], '1.0', _pow_const(a[0], e - 1.0))})")
         elif op == "rpowc":
@@ -944,13 +967,14 @@ def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
     return names
 
 
-def _plan(traces: dict):
+def _plan(traces: dict, hoist: list[int] | None = None):
     """What every generated function shares: the hoisted weight-only nodes (wc[N_W:]), how a function reads them
     (leaves), each function's nodes in order (init, step, curve, the fused step_target) and the transcendental
     values init, step and step_target keep for their reverse passes (stash)."""
     nodes = traces["init"].graph.nodes
     n_w = traces["init"].n_w
-    hoist = _hoisted(nodes, [traces[name].outputs for name in ("init", "step", "curve")])
+    if hoist is None:
+        hoist = _hoisted(nodes, [traces[name].outputs for name in ("init", "step", "curve")])
     leaves = {k: f"w[{n_w + i}]" for i, k in enumerate(hoist)}
     orders = {name: _needed(nodes, traces[name].outputs, leaves) for name in ("init", "step", "curve")}
     fused = traces["step"].outputs + traces["curve"].outputs  # a step and the target read from its input state

@@ -26,7 +26,12 @@ Where the lanes cannot follow the scalar code bit for bit in meaning, they refus
 the engine then runs it card by card, so the result is the scalar code's):
 - the scalar code's libm-only branches: pow(x, y) off the domain of its exp(y·ln x) form (x ≤ 0, inf, NaN, y
   infinite), x^(y−1) in pow's derivative where v/x does not apply, a constant power's base off x > 0 finite;
-  each such review adds 1 to the group's `bad` count (traced._flag);
+  each such review adds 1 to the group's refusal count `nbad` (traced_codegen._flag: an integer, so that the lane
+  loop keeps no store into A and no float sum LLVM may not reorder; a per-lane store made it give up vectorising
+  FSRS v4's forward loop, "too many memory checks");
+- an operand that a value fused across a where's two sides no longer computes (engine/traced_branches.py, which
+  rewrites the graph for the lanes: one exp / log / log1p / pow of the selected operands) off that function's
+  finite domain, where the scalar code's untaken value is inf or NaN and its gradient NaN;
 - a non-finite loss or gradient sum: a padding review, or the step computed at a card's last target (whose adjoint
   seeds are zero), may produce an inf that 0·inf turns into NaN where the scalar code computes nothing.
 Results differ from the scalar plug-in's by rounding only: exp1 / log1 / log1p1 within a few ulp of libm, sums in
@@ -40,6 +45,7 @@ from __future__ import annotations
 import re
 
 from engine.lanes import I_DT, I_G, I_W
+from engine.traced_branches import fuse_branches
 
 F_S = 4  # the state's components F_S .. F_S + n_state − 1 (rows 0..3 are pack_group's inputs)
 
@@ -52,7 +58,7 @@ from numba import njit
 
 from engine.jit import inlined
 from engine.lanes import I_DT, I_G, I_W, LANES, pack_group
-from engine.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR
+from engine.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, stable_argsort_small
 from engine.vec_math import exp1, log1, log1p1, tanh1
 
 N_WC = {n_wc}  # the gradient's rows of A: wc = w and the hoisted weight-only values
@@ -77,7 +83,7 @@ def lanes_loss_grad(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items, b
     Returns the loss (want_loss; else 0), or NaN, having added nothing, when a card does not fit the layout, a
     review takes a libm-only branch of the scalar code, or a sum is not finite."""
     n_items = len(batch)
-    by_length = batch[np.argsort(items[batch, 3], kind="mergesort")]
+    by_length = batch[stable_argsort_small(items[batch, 3], False)]  # numba's mergesort cost a quarter of the call
     X = np.empty((max_n + 1, N_ROW, LANES))  # allocated here: constant strides, so the lane loops vectorise
     A = np.zeros((N_SUMS, LANES))
     for g0 in range(0, n_items, LANES):
@@ -138,7 +144,9 @@ def generate_lanes(traces: dict, source: str = "a model file") -> str:
 
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
-    hoist, leaves, orders, stash = _plan(traces)
+    hoist = _plan(traces)[0]  # wc's layout: the scalar plug-in's precompute
+    traces, hoist = fuse_branches(traces, hoist)
+    hoist, leaves, orders, stash = _plan(traces, hoist)
     n_wc = n_w + len(hoist)
     f_p = F_S + n_state
     f_k = f_p + 1
@@ -170,9 +178,9 @@ def generate_lanes(traces: dict, source: str = "a model file") -> str:
     fwd = ["def group_forward(w, X, A, n_pos, nl):",
            '    """States, P(recall) and the stashed values of the group\'s positions 0..n_pos−1."""']
     fwd += list(dict.fromkeys(w0 + w1))
-    fwd += ["    for lane in range(nl):", "        bad = 0.0"] + _indent(body0, 4) + ["        A[J_BAD, lane] += bad"]
-    fwd += ["    for k in range(1, n_pos):", "        for lane in range(nl):", "            bad = 0.0"]
-    fwd += _indent(body1, 8) + ["            A[J_BAD, lane] += bad"]
+    fwd += ["    nbad = 0", "    for lane in range(nl):"] + _indent(body0, 4)
+    fwd += ["    for k in range(1, n_pos):", "        for lane in range(nl):"] + _indent(body1, 8)
+    fwd += ["    A[J_BAD, 0] += nbad"]
 
     # reverse: positions n_pos−1 .. 1 (a forward range: a step of −1 kept the lane loops scalar), then init
     act = _active(nodes, orders["step_target"], leaves)
@@ -195,12 +203,12 @@ def generate_lanes(traces: dict, source: str = "a model file") -> str:
     rbody0 += _backward_lines(init, orders["init"], act0, seeds0, sink, lanes=True)
     rev = ["def group_reverse(w, X, A, n_pos, nl):",
            '    """The reverse pass over positions n_pos−1 .. 0, adding the gradient of wc to the lanes\' sums A."""']
-    rev += list(dict.fromkeys(rw0 + rw1))
+    rev += list(dict.fromkeys(rw0 + rw1)) + ["    nbad = 0"]
     rev += ["    for lane in range(nl):  # nothing reads the last position's state"]
     rev += [f"        A[J_G + {i}, lane] = 0.0" for i in range(n_state)]
-    rev += ["    for kk in range(n_pos - 1):", "        k = n_pos - 1 - kk", "        for lane in range(nl):",
-            "            bad = 0.0"] + _indent(rbody1, 8) + ["            A[J_BAD, lane] += bad"]
-    rev += ["    for lane in range(nl):", "        bad = 0.0"] + _indent(rbody0, 4) + ["        A[J_BAD, lane] += bad"]
+    rev += ["    for kk in range(n_pos - 1):", "        k = n_pos - 1 - kk", "        for lane in range(nl):"]
+    rev += _indent(rbody1, 8)
+    rev += ["    for lane in range(nl):"] + _indent(rbody0, 4) + ["    A[J_BAD, 0] += nbad"]
 
     head = _HEADER.format(source=source, n_wc=n_wc, n_state=n_state, f_s=F_S, f_p=f_p, f_k=f_k, n_row=n_row)
     return (head + _DRIVER + f"\n\n{_JIT}\n" + "\n".join(fwd) + "\n\n\n" + f"{_JIT}\n" + "\n".join(rev) + "\n")

@@ -55,12 +55,15 @@ fsrs_v4_lanes does: it would save one vectorised log a position but cost a log a
 any of the 8 lanes lapses (most of them at a 10-15% lapse rate), so no gain is expected.
 
 WHY HAND-WRITTEN (issue #39): the tracer (engine/traced.py) generates a plug-in and its lane kernel from
-models/fsrs_v2.py's and fsrs_v3.py's torch_init / torch_step / torch_curve; those generated kernels give the same
-loss and gradient (tests/test_fsrs_legacy_lanes.py holds this one to them) but are slower: generated / hand 1.34x
-(FSRS v2), 2.22x (FSRS v3), kernel alone on one batch of 20,000 random cards, loss and gradient, 15 pairs back to
-back in one process (python bench/bench_generated_lanes.py --models FSRSv2,FSRSv3, 28 Nov 2026). FSRS v1's torch
-equations do not trace yet: torch.relu, which the tracer has no rule for, and a float32 lapse count in the state,
-where it accepts float64 values only.
+models/fsrs_v2.py's and fsrs_v3.py's torch_init / torch_step / torch_curve, and those lane kernels are now as fast as
+this one: generated / hand 0.97x (FSRS v2), 0.99x (FSRS v3), kernel alone on one batch of 20,000 random cards, loss
+and gradient, 21 pairs back to back in one process (python bench/bench_generated_lanes.py, 29 Nov 2026; 1.34x and
+2.22x the day before, until the generator computed one exp / log / pow for a where's two sides, counted its refused
+reviews in an integer and sorted the work items by counting). What still keeps this kernel is the plug-ins it
+belongs to: their scalar steps clamp S at a run-time option, s_min (day mode 0.01, upstream's --secs 1e-4), which the
+torch equations do not take. tests/test_fsrs_legacy_lanes.py holds it to the generated ones. FSRS v1's torch
+equations do not trace yet: torch.relu, which the tracer has no rule for, and a lapse count that torch keeps as an
+integer (float32 in upstream's trainer) in the state, where the tracer accepts float64 values only.
 """
 
 from __future__ import annotations

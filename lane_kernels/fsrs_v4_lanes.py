@@ -46,12 +46,15 @@ project, main's tree and this one back to back, twice; CPU-hours for 10,000 user
 (S0, features and predictions unchanged; the machine's load moved main's own figures by a quarter between runs).
 
 WHY HAND-WRITTEN (issue #39): the tracer (engine/traced.py) generates a plug-in and its lane kernel from the same
-modules' torch_init / torch_step / torch_curve; that generated kernel gives the same loss and gradient
-(tests/test_fsrs_v4_lanes.py holds this one to it) but is slower: generated / hand 2.33x (FSRS v4), 1.75x
-(FSRS-4.5), 1.71x (FSRS-5), kernel alone on one batch of 20,000 random cards, loss and gradient, 15 pairs back to
-back in one process (python bench/bench_generated_lanes.py, 28 Nov 2026). What this kernel does that the generator
-does not yet: the weight-only terms hoisted out of the card loop (precompute), the exp/pow values of the forward
-pass kept per position for the reverse pass, and one kernel for the three versions' shared core.
+modules' torch_init / torch_step / torch_curve, and that lane kernel is now as fast as this one: generated / hand
+1.04x (FSRS v4), 1.04x (FSRS-4.5), 1.01x (FSRS-5), kernel alone on one batch of 20,000 random cards, loss and
+gradient, 21 pairs back to back in one process (python bench/bench_generated_lanes.py, 29 Nov 2026; 2.33x, 1.75x,
+1.71x the day before, until the generator computed one exp / log / pow for a where's two sides, counted its refused
+reviews in an integer and sorted the work items by counting: engine/traced_branches.py, traced_lanes.py). What still
+keeps this kernel is not speed but the plug-in it belongs to: the scalar core (models/fsrs_v4.py, fsrs_v5.py) clamps
+S at a run-time option, s_min (day mode 0.01, upstream's --secs 1e-4, precompute's opts[0]), which the torch
+equations do not take, and its wc layout is the hand plug-in's. tests/test_fsrs_v4_lanes.py holds this kernel to
+the generated one.
 """
 
 from __future__ import annotations

@@ -177,3 +177,92 @@ def test_lane_loops_vectorise_without_libm_calls():
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
     llvm_ir, asm = lane_code(fresh, wc, cards, items)
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)
+
+
+# ---------------------------------------------------------------------------- one exp / log for a where's two sides
+def _step_loop(source: str) -> str:
+    """The generated group_forward's loop over positions 1.. (the fused step and target)."""
+    forward = source[source.index("def group_forward"):source.index("def group_reverse")]
+    return forward[forward.index("for k in range(1, n_pos)"):]
+
+
+def test_a_wheres_two_sides_share_their_exp_log_and_pow():
+    """FSRS v4's step (models/fsrs_v4.py torch_step) computes, for a recall, ln S for S^−w9 and e^{w10(1−R)}, and
+    for a lapse ln D for D^−w12, ln(S+1) for (S+1)^w13 and e^{w14(1−R)}: 3 logs and 4 exps if both sides are
+    computed; paired across the where (S^−w9 with D^−w12, e^{w10(1−R)} with e^{w14(1−R)}), the lane loop computes
+    the lapse side's count, 2 logs and 3 exps. The lanes still equal the scalar generated kernel (its own, unfused
+    step) within 1e-12."""
+    import models
+    import models.fsrs_v4 as v4
+    from engine.traced import trace_model
+    from engine.traced_lanes import generate_lanes
+
+    w = np.array(models.model_class("FSRSv4").default_w, float)
+    n_w = len(w)
+    traces = trace_model(v4.torch_init, v4.torch_step, v4.torch_curve, n_w)
+    loop = _step_loop(generate_lanes(traces))
+    assert (loop.count("log1("), loop.count("exp1(")) == (2, 3)
+    plugin = compile_module(v4, n_w=n_w, use_clip=False)
+    engine = SeqEngine(plugin, [-np.inf] * n_w, [np.inf] * n_w)
+    for seed in (0, 1):
+        _assert_close(plugin, engine, w, random_data(seed, n_cards=29, max_len=14))
+
+
+def _overflow_model():
+    """A step whose where takes e^{w2·t/30} on a recall and e^{w3·ln x} = x^{w3} on a lapse (paired into one exp):
+    with w2 = 2, a 20,000-day gap overflows the recall side's exp."""
+    def init(w, g, t):
+        return (w[0] + 0.0 * t,)
+
+    def step(w, s, t, g):
+        (x,) = s
+        e = torch.where(g > 1, torch.exp(w[2] * t / 30.0), torch.exp(w[3] * torch.log(x)))
+        return ((x * (1.0 + w[1] / 2.0 * e)).clamp(0.01, 100.0),)  # w1/2: a hoisted value
+
+    def curve(w, s, t):
+        return (1.0 + t / s[0]) ** -1.0
+
+    return types.SimpleNamespace(DEFAULT_W=[2.0, 0.05, 0.01, 0.5], init=init, step=step, curve=curve,
+                                 __name__="overflow_where")
+
+
+def _lapse_at_long_gaps(seed: int, n_cards: int = 23):
+    """Histories (as random_data's) whose 20,000-day gaps are all lapses and never a card's last target (whose own
+    review the lanes step with a padding grade 3: each card ends on a review after a gap): a long gap only ever
+    reaches a where's lapse side."""
+    import pandas as pd
+
+    from models.base import ReviewData
+
+    rng = np.random.default_rng(seed)
+    seq_dt, seq_g, rows = [], [], []
+    for c in range(n_cards):
+        start, n = len(seq_dt), int(rng.integers(3, 10))
+        for k in range(n):
+            dt = 0.0 if k == 0 else float(rng.choice([1, 5, 20, 100] if k == n - 1 else [0, 1, 5, 20, 100, 20000]))
+            g = 1 if dt == 20000.0 else int(rng.choice([1, 2, 3, 4], p=[0.25, 0.15, 0.45, 0.15]))
+            seq_dt.append(dt)
+            seq_g.append(g)
+            if k > 0 and dt > 0:
+                rows.append({"card_id": c, "delta_t": dt, "y": int(g > 1), "seq_start": start, "seq_pos": k})
+    return ReviewData(pd.DataFrame(rows), np.array(seq_dt), np.array(seq_g, dtype=np.int8))
+
+
+def test_an_untaken_side_that_overflows_refuses_the_batch():
+    """The lanes no longer compute the untaken side's exp, so they check its operand instead (its guard): with a
+    20,000-day gap on a lapse, the scalar code computes the recall side's e^{w2·t/30} = inf and, through where's
+    zero adjoint, a NaN gradient (torch's own where); the lanes must refuse that batch (NaN, nothing added) rather
+    than return the lapse side's finite gradient. At w2 = 0.01 no side overflows and the two agree."""
+    mod = _overflow_model()
+    plugin = compile_module(mod)
+    engine = SeqEngine(plugin, [-np.inf] * 4, [np.inf] * 4)
+    data = _lapse_at_long_gaps(4)
+    assert (data.seq_delta_t == 20000.0).any()
+    w = np.array(mod.DEFAULT_W, float)
+    _assert_close(plugin, engine, w, data)
+    w[2] = 2.0
+    ref_loss, ref_grad = scalar_loss_grad(engine, w, data)
+    assert math.isfinite(ref_loss) and np.isnan(ref_grad[2])
+    gwc = np.full(len(sys.modules[plugin].precompute(w, np.zeros(0))), 7.0)
+    loss, _, gwc = lane_loss_grad(plugin, w, data, gwc=gwc)
+    assert math.isnan(loss) and np.all(gwc == 7.0)
