@@ -61,6 +61,10 @@ class SeqModel(Model):
     engine_batching: str = "cards"
     # the kernels module carries torch_init/torch_step/torch_curve, so `--trainer autograd` can run it
     autograd: bool = True
+    # the compiled engine runs the plug-in engine/traced.py generates from those torch functions (its scalar steps,
+    # their VJPs and its lane kernels: the equations written once), the module's RUN_OPTIONS its engine_opts; else
+    # the kernels module is itself the plug-in (hand-written numba)
+    traced: bool = False
     # the fast trainer replays upstream's length-sorted batches in upstream's tie order (upstream/legacy_sort.py): with
     # engine_batching "length"/"length-shared", or by a fit of the model's own (HLR)
     replays_upstream_batches: bool = False
@@ -78,7 +82,15 @@ class SeqModel(Model):
 
             self.engine = AutogradEngine(importlib.import_module(self.kernels), self.lower, self.upper)
         else:
-            self.engine = SeqEngine(self.kernels, self.lower, self.upper, opts=self.engine_opts())
+            self.engine = SeqEngine(self.plugin(), self.lower, self.upper, opts=self.engine_opts())
+
+    def plugin(self) -> str:
+        """The compiled engine's plug-in module: the kernels module, or the one generated from it (`traced`)."""
+        if not self.traced:
+            return self.kernels
+        from engine.trace_cache import plugin_for
+
+        return plugin_for(importlib.import_module(self.kernels), n_w=len(self.default_w), use_clip=False)
 
     @property
     def torch_dtype(self):

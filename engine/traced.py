@@ -80,6 +80,13 @@ written with a handful of torch ops, so it can be read as an expression graph an
    compiles once per model graph, lazily (when Adam or its objective first runs), and is cached on disk like the
    plug-in: a fresh compile of lanes_loss_grad took 86 CPU-s for FSRS-7, 33 for SBD (machine loaded).
 
+5. Run-time options (RUN_OPTIONS, a tuple of the module's constant names, e.g. FSRS v2/v3's ("S_MIN",), the lower
+   clamp of S that upstream's --secs changes): while tracing, each such module constant is an "opt" node, a
+   weight-like value that precompute(w, opts) reads from opts (the module's value when opts is shorter), so one
+   plug-in serves every mode; the model class passes them as its engine_opts. A package's model is traced once per
+   version of the sources: engine/trace_cache.py remembers its generated modules, so a later run imports them
+   without tracing and without torch.
+
 `compile_module(module)` gives the plug-in's module name (or raises TraceError); `CompiledOwnEngine` runs a model
 file's RECIPE on SeqEngine with the autograd engine's API (fit / predict / loss_and_grad / clip). The tracer and the
 code generator (1–3, and the lane dialect of 4) are engine/traced_codegen.py, below this module and
@@ -130,7 +137,8 @@ def _compile_module(module, n_w, use_clip, lanes) -> str:
 
     n_w = len(module.DEFAULT_W) if n_w is None else n_w
     clip = getattr(module, "clip", None) if use_clip else None
-    traces = trace_model(_fn(module, "init"), _fn(module, "step"), _fn(module, "curve"), n_w, clip)
+    traces = trace_model(_fn(module, "init"), _fn(module, "step"), _fn(module, "curve"), n_w, clip,
+                         options=(module, tuple(getattr(module, "RUN_OPTIONS", ()))))
     origin = os.path.basename(str(getattr(module, "__file__", None) or getattr(module, "__name__", "a model")))
     lane_module = import_generated(generate_lanes(traces, origin), "traced_lanes", 12).__name__ if lanes else None
     return import_generated(generate(traces, origin, lane_module), "traced", 12).__name__

@@ -512,9 +512,24 @@ def _call(fn, what: str, *args):
         raise TraceError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def trace_model(init, step, curve, n_w: int, clip=None) -> dict:
-    """The traces of a contract model's functions: {"init", "step", "curve", ("clip")} and its N_STATE."""
+def trace_model(init, step, curve, n_w: int, clip=None, options=None) -> dict:
+    """The traces of a contract model's functions: {"init", "step", "curve", ("clip")} and its N_STATE.
+    `options`: (module, names): module-level constants the functions read that the compiled plug-in takes as run-time
+    options instead (precompute's opts[i] for names[i]; e.g. the lower clamp of S, which upstream's --secs changes):
+    while tracing, each is the module attribute bound to an "opt" node (constant per run, like a weight)."""
     g = Graph()
+    module, names = options if options is not None else (None, ())
+    saved = {name: getattr(module, name) for name in names}
+    try:
+        for i, name in enumerate(names):  # (index, the module's value: precompute's default when opts is short)
+            setattr(module, name, g.add("opt", (), (i, float(saved[name])), "f8", 1))
+        return _trace_functions(g, init, step, curve, n_w, clip)
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def _trace_functions(g: Graph, init, step, curve, n_w: int, clip) -> dict:
     first = _call(init, "init", _weights(g, n_w), g.add("in", (), "g", "i", 2), g.add("in", (), "t", "f8", 2))
     out_init = _outputs(g, first, "init", True)
     n_state = len(out_init)
@@ -678,6 +693,8 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = _lit(attr[1])
         elif op == "w":
             expr = f"w[{attr}]"
+        elif op == "opt":  # a run-time option: read by precompute only (weight-like, always hoisted)
+            expr = f"(opts[{attr[0]}] if len(opts) > {attr[0]} else {_lit(attr[1])})"
         elif op == "in":
             expr = inputs[attr]
         elif op in ("add", "sub", "mul", "div"):

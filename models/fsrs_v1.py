@@ -35,8 +35,8 @@ from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch
 from engine.jit import inlined
 from engine.kernel_math import weights_then_s_min, weights_then_s_min_vjp
 
-# The trainer's batches run with cards side by side (lane_kernels/fsrs_legacy_lanes.py, one kernel for v1, v2 and v3)
-LANE_KERNELS = "lane_kernels.fsrs_legacy_lanes:lanes_loss_grad_v1"
+# The trainer's batches run with cards side by side (lane_kernels/fsrs_v1_lanes.py)
+LANE_KERNELS = "lane_kernels.fsrs_v1_lanes:lanes_loss_grad_v1"
 # State: S, D, lapses, then what the step computed for its reverse pass (read by step_vjp alone, never by a later
 # step or the curve): R and, recall: e^{w2}(D'+0.1)^{w3}S^{w4} and e^{w5(1−R)}; lapse: e^{w6·lapses}.
 N_STATE = 6
