@@ -1097,7 +1097,8 @@ def _precompute(tr: Trace, hoist: list[int], n_w: int) -> str:
     """precompute(w, opts) -> wc = [w, the hoisted values] and precompute_vjp (their adjoints folded into gw)."""
     order = _needed(tr.graph.nodes, hoist)
     fwd = _forward_lines(tr, order, {})
-    body = fwd + [f"    wc = np.empty({n_w + len(hoist)})", f"    wc[:{n_w}] = w"]
+    body = fwd + [f"    wc = np.empty({n_w + len(hoist)})", f"    for j in range({n_w}):",  # (a slice assignment's
+                  "        wc[j] = w[j]"]  # broadcasting machinery cost ~2 s of numba's compile, a loop nothing)
     body += [f"    wc[{n_w + i}] = v{k}" for i, k in enumerate(hoist)] + ["    return wc"]
     act = _active(tr.graph.nodes, order)
     seeds = {k: [f"gwc[{n_w + i}]"] for i, k in enumerate(hoist)}
