@@ -80,8 +80,9 @@ written with a handful of torch ops, so it can be read as an expression graph an
    compiles once per model graph, lazily (when Adam or its objective first runs), and is cached on disk like the
    plug-in: a fresh compile of lanes_loss_grad took 86 CPU-s for FSRS-7, 33 for SBD (machine loaded).
 
-5. Run-time options (RUN_OPTIONS, a tuple of the module's constant names, e.g. FSRS v2/v3's ("S_MIN",), the lower
-   clamp of S that upstream's --secs changes): while tracing, each such module constant is an "opt" node, a
+5. Run-time options (RUN_OPTIONS, a tuple of the module's constant names, e.g. FSRS v2-v4's ("S_MIN",), the lower
+   clamp of S that upstream's --secs changes, or "package.module:NAME" for one read from another module, as
+   FSRS-4.5's "models.fsrs_v4:S_MIN"): while tracing, each such module constant is an "opt" node, a
    weight-like value that precompute(w, opts) reads from opts (the module's value when opts is shorter), so one
    plug-in serves every mode; the model class passes them as its engine_opts. A package's model is traced once per
    version of the sources: engine/trace_cache.py remembers its generated modules, so a later run imports them

@@ -514,19 +514,24 @@ def _call(fn, what: str, *args):
 
 def trace_model(init, step, curve, n_w: int, clip=None, options=None) -> dict:
     """The traces of a contract model's functions: {"init", "step", "curve", ("clip")} and its N_STATE.
-    `options`: (module, names): module-level constants the functions read that the compiled plug-in takes as run-time
-    options instead (precompute's opts[i] for names[i]; e.g. the lower clamp of S, which upstream's --secs changes):
+    `options`: (module, names): module-level constants the functions read ("NAME" in the module, or
+    "package.module:NAME") that the compiled plug-in takes as run-time options instead (precompute's opts[i] for names[i]; e.g. the lower clamp of S, which upstream's --secs changes):
     while tracing, each is the module attribute bound to an "opt" node (constant per run, like a weight)."""
+    import importlib
+
     g = Graph()
     module, names = options if options is not None else (None, ())
-    saved = {name: getattr(module, name) for name in names}
+    # "NAME": the module's own constant; "package.module:NAME": one its functions read from another module
+    owners = [(importlib.import_module(n.partition(":")[0]), n.partition(":")[2]) if ":" in n else (module, n)
+              for n in names]
+    saved = [getattr(owner, attr) for owner, attr in owners]
     try:
-        for i, name in enumerate(names):  # (index, the module's value: precompute's default when opts is short)
-            setattr(module, name, g.add("opt", (), (i, float(saved[name])), "f8", 1))
+        for i, ((owner, attr), value) in enumerate(zip(owners, saved)):  # (index, the value: precompute's default
+            setattr(owner, attr, g.add("opt", (), (i, float(value)), "f8", 1))  # when opts is shorter)
         return _trace_functions(g, init, step, curve, n_w, clip)
     finally:
-        for name, value in saved.items():
-            setattr(module, name, value)
+        for (owner, attr), value in zip(owners, saved):
+            setattr(owner, attr, value)
 
 
 def _trace_functions(g: Graph, init, step, curve, n_w: int, clip) -> dict:

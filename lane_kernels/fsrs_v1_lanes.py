@@ -3,7 +3,7 @@ objective passes here (issue #19; models/fsrs_v1.py's LANE_KERNELS); predictions
 on the scalar plug-in (models/fsrs_v1.py).
 
 Why: the scalar step calls libm one value at a time, 3-4 times a review (exp for R, pow or exp for the branch's
-powers, exp(w5·(1 − R))). Here, as in lane_kernels/fsrs_v4_lanes.py (the layout, packing and work items are
+powers, exp(w5·(1 − R))). Here, as in lane_kernels/fsrs_v5_lanes.py (the layout, packing and work items are
 engine/lanes.py's), every per-review quantity is an array [position, field, lane] with the lane innermost, each
 position one loop over the lanes that LLVM vectorises, exp and log as engine/vec_math's arithmetic and the two
 branches merged as selects: one log of S, one log of D' + 0.1, ONE exp of the branch's exponent (recall
@@ -135,7 +135,7 @@ def group_reverse(w, X, A, n_pos, nl):
     for lane in range(nl):  # nothing reads the last position's state
         A[J_GS, lane] = _target_adjoint(X, n_pos - 1, lane)
         A[J_GD, lane] = 0.0
-    for kk in range(n_pos - 2):  # k = n_pos − 2 .. 1 (as fsrs_v4_lanes: a step −1 range kept the loop scalar)
+    for kk in range(n_pos - 2):  # k = n_pos − 2 .. 1 (as fsrs_v5_lanes: a step −1 range kept the loop scalar)
         k = n_pos - 2 - kk
         for lane in range(nl):
             gs = A[J_GS, lane]

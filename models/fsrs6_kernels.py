@@ -41,7 +41,7 @@ unchanged). The script itself, one tree after the other, read 0.57 / 0.75 (old) 
 lines of the embedded users and sim36 users 1-6 (FSRS-6 and FSRS-6-recency) identical to the scalar fit's (sizes,
 metrics, parameters; a build with the targets' adjoints in the forward pass moved one AUC by 7e-6, sim36 user 5's
 590 test rows: near-ties reorder); fitted weights within 3e-15 of the scalar fit's (45k user).
-FSRS v4, 4.5 and 5 joined with one lane kernel for their shared core (lane_kernels/fsrs_v4_lanes.py; the packing and
+FSRS v4, 4.5 and 5 joined with one lane kernel for their shared core (lane_kernels/fsrs_v4_lanes.py, now fsrs_v5_lanes.py, FSRS-5's alone; the packing and
 work items shared in engine/lanes.py). FSRS-7 and SBD run code that engine/traced.py generates from the model
 file; that generator would emit a lane form of the same straight-line code (it already computes both sides of every
 torch where, which maps onto selects) with vec_math's exp1 / log1 / log1p1 for the libm calls, plus the fused

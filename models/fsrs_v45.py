@@ -1,48 +1,15 @@
 """FSRS-4.5 (17 parameters, spec models.md §1.6): FSRS v4's step with the curve (1 + (19/81)·t/S)^(−0.5), the
-post-lapse stability capped at S, and wider clip bounds. Engine plug-in binding the core of `fsrs_v4.py`."""
+post-lapse stability capped at S, and wider clip bounds: fsrs_v4.py's torch equations with these constants, which the
+compiled engine runs as the plug-in engine/traced.py generates from them (`traced`)."""
 
 from __future__ import annotations
 
-from numba import njit
-
 import models.fsrs_v4 as v4
-from models.fsrs_v4 import (N_ADJ, N_STATE, init, init_vjp, precompute,  # noqa: F401 (engine contract: v4's state,
-                            precompute_vjp)  # first review and wc = w + s_min)
 
-LANE_KERNELS = "lane_kernels.fsrs_v4_lanes:lanes_loss_grad_v45"  # the trainer's batches: cards side by side
+RUN_OPTIONS = ("models.fsrs_v4:S_MIN",)  # the run-time option of the generated plug-in: v4's S_MIN, which
+# torch_core_step (and torch_init) read
 FACTOR = 19.0 / 81.0
 DECAY = 0.5
-
-
-@njit(cache=True)
-def step(w, prev, t, g, out):
-    v4.core_step(w, prev, t, g, out, FACTOR, DECAY, True)
-
-
-@njit(cache=True)
-def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
-    v4.core_step_vjp(w, prev, t, g, new, gnew, gprev, gw, FACTOR, DECAY, True)
-
-
-@njit(cache=True)
-def curve(w, state, t):
-    return v4.core_curve(state[0], t, FACTOR, DECAY)
-
-
-@njit(cache=True)
-def curve_vjp(w, state, t, gp, gstate, gw):
-    r = v4.core_curve(state[0], t, FACTOR, DECAY)
-    gstate[0] += gp * v4.core_curve_ds(r, state[0], t, FACTOR, DECAY)
-
-
-@njit(cache=True)
-def target_loss(w, state, t, y, wt):
-    return v4.core_target_loss(state, t, y, wt, FACTOR, DECAY)
-
-
-@njit(cache=True)
-def target_loss_vjp(w, state, t, y, wt, gstate, gw):
-    return v4.core_target_loss_vjp(state, t, y, wt, gstate, FACTOR, DECAY)
 
 
 torch_init = v4.torch_init
@@ -59,6 +26,7 @@ def torch_curve(w, state, t):
 class FSRS45(v4.FSRSv4Family):
     name = "FSRS-4.5"
     kernels = "models.fsrs_v45"
+    traced = True  # the compiled engine runs the plug-in generated from torch_init / torch_step / torch_curve
     factor = FACTOR
     decay = DECAY
     default_w = [0.4872, 1.4003, 3.7145, 13.8206, 5.1618, 1.2298, 0.8975, 0.031, 1.6474, 0.1367, 1.0461, 2.1072,

@@ -17,6 +17,11 @@ The trainer returns its best weights rounded to 4 decimals (`Trainer.eval` round
 `--disable_short_term` (Trainer(enable_short_term=False)): w17 = w18 = 0 in the starting vector (and so in the prior
 centre), and the gradients of w0..w3 and w17, w18 are zeroed; same-day reviews stay in the histories (they still
 move D, and the lapse cap becomes min(S_f, S)).
+
+The compiled engine runs the hand-written numba plug-in below (with lane_kernels/fsrs_v5_lanes.py for the trainer's
+batches), not one generated from the torch equations at the end as FSRS v2-v4.5 do: the generated plug-in computes
+S^{−w9}, D^{−w12}, (S+1)^{w13} as exp(y·ln x) where this one calls pow, and those last-bit differences reorder
+near-tied predictions, which moved the AUC of 5 of FSRS-5's result lines in the 5th-6th decimal (29 Nov 2026).
 """
 
 from __future__ import annotations
@@ -27,10 +32,9 @@ import numpy as np
 from numba import njit
 
 from models.fsrs_init import SECS_S_MIN, initialize_s0
-from models.fsrs_v4 import (X_E, X_P, X_R, X_SP, core_curve, core_curve_ds, core_target_loss, core_target_loss_vjp,
-                             hard_easy, lapse_stability, lapse_stability_vjp, recall_stability_vjp,
-                             torch_power_curve)
+from models.fsrs_v4 import torch_power_curve
 from engine.jit import inlined
+from engine.kernel_math import bce
 from engine.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -58,7 +62,7 @@ ROUND_DECIMALS = 4  # fsrs-optimizer's Trainer returns round(w, 4)
 # for FSRS-5 and 6 with run-time switches, recomputed R, S^{−w9}, D^{−w12}, (S+1)^{w13}, e^{w8}, e^{3 w5} and
 # e^{w17 w18} in the reverse pass, and R again for every target's adjoint).
 
-LANE_KERNELS = "lane_kernels.fsrs_v4_lanes:lanes_loss_grad_v5"  # the trainer's batches: cards side by side
+LANE_KERNELS = "lane_kernels.fsrs_v5_lanes:lanes_loss_grad_v5"  # the trainer's batches: cards side by side
 N_STATE = 6  # S, D, then what the step kept for step_vjp (never read by a later step or the curve)
 N_ADJ = 2
 # X_R, X_P, X_E, X_SP: FSRS v4's slots (R before a long-term review, then its branch's values), shared with its
@@ -72,6 +76,106 @@ C_EM = 22  # e^{w17 w18}: post-lapse S is at most S / C_EM
 C_SINC = 22  # C_SINC + g: e^{w17(g − 3 + w18)}, g = 1..4 (same-day growth)
 C_SMIN = 27  # s_min, the lower clamp of S (opts[0]: S_MIN in day mode, upstream's --secs 1e-4)
 N_WC = 28
+
+
+# What a step keeps after S and D for its reverse pass (X_*), and the numba pieces of the step below (until 29 Nov
+# 2026 shared with FSRS v4 and 4.5, which now run on the plug-ins generated from their torch equations)
+X_R = 2  # R before the review
+X_P = 3  # S^{−w9} (recall) or D^{−w12} (lapse)
+X_E = 4  # e^{w10(1−R)} (recall) or e^{w14(1−R)} (lapse)
+X_SP = 5  # (S+1)^{w13} (lapse)
+
+
+@inlined
+def hard_easy(w, g):
+    """Success-growth factor of the grade: the Hard penalty w15, the Easy bonus w16, else 1 (FSRS v4 to 6)."""
+    if g == 2:
+        return w[15]
+    if g == 4:
+        return w[16]
+    return 1.0
+
+
+@njit(cache=True)
+def core_curve(s, t, factor, decay):
+    return (1.0 + factor * t / s) ** (-decay)
+
+
+@njit(cache=True)
+def core_curve_ds(r, s, t, factor, decay):
+    """dR/dS."""
+    x = factor * t / s
+    return r * decay * x / ((1.0 + x) * s)
+
+
+@inlined
+def recall_stability_vjp(w, s, d, r, g, gs, dr_ds, gprev, gw, s_min, e8, pw, e10):
+    """Adjoint of the success stability S' = S·(1 + e8·(11−D)·pw·(e10 − 1)·h·b) clamped to [s_min, S_MAX] (FSRS v4
+    to 6 alike), given the forward's e8 = e^{w8}, pw = S^{−w9} and e10 = e^{w10(1−R)} (kept by the step or
+    precomputed, so not computed again): adds gs·∂S'/∂(S, D) (S also through R, via dr_ds) into gprev and
+    gs·∂S'/∂(w8, w9, w10, w15, w16) into gw; returns ∂S'/∂R (0 where the clamp holds S') for a curve whose own
+    parameters move R."""
+    hb = hard_easy(w, g)
+    core = e8 * (11.0 - d) * pw * (e10 - 1.0)
+    inc = core * hb
+    ns = s * (1.0 + inc)
+    if not (s_min <= ns <= S_MAX):
+        return 0.0
+    dns_dr = -s * e8 * (11.0 - d) * pw * hb * w[10] * e10
+    gprev[0] += gs * (1.0 + (1.0 - w[9]) * inc + dns_dr * dr_ds)
+    gprev[1] += gs * (-s * e8 * pw * (e10 - 1.0) * hb)
+    gw[8] += gs * s * inc
+    gw[9] -= gs * s * inc * math.log(s)
+    gw[10] += gs * s * e8 * (11.0 - d) * pw * hb * e10 * (1.0 - r)
+    if g == 2:
+        gw[15] += gs * s * core
+    elif g == 4:
+        gw[16] += gs * s * core
+    return dns_dr
+
+
+@inlined
+def lapse_stability(w, s, d, r, out):
+    """The post-lapse stability w11·D^{−w12}·((S+1)^{w13} − 1)·e^{w14(1−R)} (FSRS v4 and 5 alike, before their
+    caps), keeping D^{−w12}, e^{w14(1−R)} and (S+1)^{w13} in out[X_P], out[X_E], out[X_SP] for the reverse pass."""
+    dpw = d ** (-w[12])
+    sp = (s + 1.0) ** w[13]
+    e14 = math.exp(w[14] * (1.0 - r))
+    out[X_P] = dpw
+    out[X_E] = e14
+    out[X_SP] = sp
+    return w[11] * dpw * (sp - 1.0) * e14
+
+
+@inlined
+def lapse_stability_vjp(w, s, d, r, sf, gf, dr_ds, kept, gprev, gw):
+    """Adjoint of lapse_stability's sf (gf = the gradient reaching sf past the caller's cap and clamp), from the
+    values it kept in `kept`: adds gf·∂sf/∂(S, D) (S also through R, via dr_ds) into gprev and gf·∂sf/∂(w11..w14)
+    into gw."""
+    dpw = kept[X_P]
+    sp = kept[X_SP]
+    e14 = kept[X_E]
+    gprev[0] += gf * (w[11] * dpw * w[13] * sp / (s + 1.0) * e14 - w[14] * sf * dr_ds)
+    gprev[1] -= gf * w[12] * sf / d
+    gw[11] += gf * dpw * (sp - 1.0) * e14
+    gw[12] -= gf * sf * math.log(d)
+    gw[13] += gf * w[11] * dpw * sp * math.log(s + 1.0) * e14
+    gw[14] += gf * sf * (1.0 - r)
+
+
+@inlined
+def core_target_loss(state, t, y, wt, factor, decay):
+    """weight·BCE of one target on the curve (1 + F·t/S)^(−decay): the engine's default target_loss."""
+    return bce(core_curve(state[0], t, factor, decay), y, wt)[0]
+
+
+@inlined
+def core_target_loss_vjp(state, t, y, wt, gstate, factor, decay):
+    """The engine's default curve → BCE → curve_vjp with R computed once (the same R, so the same adjoint)."""
+    r = core_curve(state[0], t, factor, decay)
+    lo, gp = bce(r, y, wt)
+    gstate[0] += gp * core_curve_ds(r, state[0], t, factor, decay)
+    return lo
 
 
 @njit(cache=True)

@@ -34,6 +34,20 @@ def assert_gradient_is_central_differences(loss_grad, w) -> None:
         assert fd == pytest.approx(grad[j], rel=1e-5, abs=1e-6 * np.abs(grad).max())
 
 
+def fresh_compile(dispatcher, **options):
+    """A new, uncached njit compile of `dispatcher`'s Python function (numba shows no assembly for cached code),
+    under its own name: a copy compiled under the same name would take over the symbol, so that the original's
+    machine-code address (engine/lanes.kernel_address, which the engine caches) would then resolve to the copy."""
+    import types
+
+    from numba import njit
+
+    f = dispatcher.py_func
+    copy = types.FunctionType(f.__code__, f.__globals__, f"fresh_{f.__name__}", f.__defaults__, f.__closure__)
+    copy.__qualname__ = f"fresh_{f.__qualname__}"
+    return njit(**options)(copy)
+
+
 def lane_code(fresh, wc, cards, items) -> tuple[str, str]:
     """Run `fresh` (a lanes_loss_grad compiled afresh: numba shows no assembly for cached code) on every work item
     of `cards` and return its LLVM IR and assembly, having checked the loops use vectors of 4 doubles (AVX2) or 8

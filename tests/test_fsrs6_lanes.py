@@ -18,7 +18,7 @@ from lane_kernels import fsrs6_lanes as fl
 from engine.seq_engine import LR, SEED, Cards, SeqEngine
 from engine.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
-from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
+from lane_code import assert_gradient_is_central_differences, fresh_compile, lane_code, scalar_plugin
 from engine.lanes import card_items
 
 
@@ -239,7 +239,7 @@ def test_fit_with_lanes_follows_the_scalar_fit(tmp_path, monkeypatch):
 def test_lane_loops_vectorise_without_libm_calls():
     """The forward and reverse lane loops compile to AVX2 vector code (divisions as vdivpd) with no call to exp or
     log (a fresh, uncached compile: numba shows no assembly for cached code)."""
-    fresh = njit(error_model="numpy")(fl.lanes_loss_grad.py_func)
+    fresh = fresh_compile(fl.lanes_loss_grad, error_model="numpy")
     data = random_data(1, n_cards=9)
     cards = Cards(data)
     wc = fk.precompute(np.array(ff.DEFAULT_W), np.array([3.0]))

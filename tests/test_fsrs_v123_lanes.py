@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from numba import njit
 
 import upstream.training as training
 from models.base import ReviewData
@@ -27,7 +26,7 @@ from engine.lanes import card_items, kernel_address
 from engine.seq_engine import Cards, SeqEngine, instantiate, lane_function, lane_kernel
 from engine.seq_model import TorchSeqNet
 from tests.test_fsrs6_fast import random_data
-from lane_code import assert_gradient_is_central_differences, lane_code, scalar_plugin
+from lane_code import assert_gradient_is_central_differences, fresh_compile, lane_code, scalar_plugin
 
 MODELS = {"FSRSv1": FSRSv1, "FSRSv2": FSRSv2, "FSRSv3": FSRSv3}
 DAY = np.array([0.01])  # the plug-ins' run-time options in day mode: S's lower clamp
@@ -341,7 +340,7 @@ def test_fit_with_lanes_follows_the_scalar_fit(name, tmp_path, monkeypatch):
 def test_lane_loops_vectorise_without_libm_calls(name):
     """The lane loops compile to vector code with no call to exp, log or pow (v3's e^{w6} is precompute's) (a
     fresh, uncached compile: numba shows no assembly for cached code)."""
-    fresh = njit(error_model="numpy", fastmath={"contract"})(entry(name).py_func)
+    fresh = fresh_compile(entry(name), error_model="numpy", fastmath={"contract"})
     cards = Cards(random_data(1, n_cards=9))
     w = np.array(MODELS[name].default_w, dtype=np.float64)
     llvm_ir, asm = lane_code(fresh, _wc(name, w), cards, card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te))

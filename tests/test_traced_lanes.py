@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from numba import njit
 
 from engine.seq_engine import Cards, SeqEngine
 from engine.traced import compile_module
 from tests.test_fsrs6_fast import random_data
-from lane_code import lane_code
+from lane_code import fresh_compile, lane_code
 from engine.lanes import card_items
 
 
@@ -170,7 +169,7 @@ def test_lane_loops_vectorise_without_libm_calls():
     numba shows no assembly for cached code)."""
     mod, plugin, engine, _, _ = _model("fsrs7")
     lm = _lanes(plugin)
-    fresh = njit(error_model="numpy", fastmath={"contract"})(lm.lanes_loss_grad.py_func)
+    fresh = fresh_compile(lm.lanes_loss_grad, error_model="numpy", fastmath={"contract"})
     cards = Cards(random_data(1, n_cards=9))
     w = np.array(mod.DEFAULT_W, float)
     wc = sys.modules[plugin].precompute(w, np.zeros(0))
