@@ -19,9 +19,13 @@ centre), and the gradients of w0..w3 and w17, w18 are zeroed; same-day reviews s
 move D, and the lapse cap becomes min(S_f, S)).
 
 The compiled engine runs the hand-written numba plug-in below (with lane_kernels/fsrs_v5_lanes.py for the trainer's
-batches), not one generated from the torch equations at the end as FSRS v2-v4.5 do: the generated plug-in computes
-S^{−w9}, D^{−w12}, (S+1)^{w13} as exp(y·ln x) where this one calls pow, and those last-bit differences reorder
-near-tied predictions, which moved the AUC of 5 of FSRS-5's result lines in the 5th-6th decimal (29 Nov 2026).
+batches), not one generated from the torch equations at the end as FSRS v2-v4.5 do, because the generated one does
+not give the same result lines (29 Nov 2026, data/embedded and upstream-check): it computes S^{−w9}, D^{−w12},
+(S+1)^{w13} as exp(y·ln x) and R's power as 1/√x where this one calls pow, and those last-bit differences reorder
+near-tied predictions (the AUC of 5 rows moved in the 5th-6th decimal). Tried: the generated scalar code with libm's
+pow for every power gave every FSRS-5 row's metrics and every parameter but one, w7 of one small deck in
+FSRS-5-deck (0.0046 -> 0.0021 on each data set: the fit of a few reviews magnifies last-bit differences of the
+gradient), so the hand plug-in stays.
 """
 
 from __future__ import annotations
