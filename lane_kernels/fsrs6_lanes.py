@@ -47,10 +47,18 @@ instructions per 4 lanes with its register spills. The objective pass (fit_loss:
 gained only 1.15-1.18x while the targets' adjoints were computed in the forward pass, 1.35x since they are in the
 reverse pass. The whole fit (5 folds, S0 not included): see fsrs6_kernels' docstring.
 
-WHY HAND-WRITTEN (issue #39): FSRS-6's equations exist as this kernel, the scalar plug-in
-(models/fsrs6_kernels.py) and a torch module (upstream/fsrs6_torch.py), but not as a one-file torch definition that
-the tracer could generate from; until one exists there is no generated kernel to measure this one against. It is
-held to the scalar plug-in (tests/test_fsrs6_lanes.py).
+WHY HAND-WRITTEN (issue #39): FSRS-6's equations in the traced contract's spelling are
+upstream/fsrs6_torch.TorchSteps (models.fsrs6.TORCH_EQUATIONS), and the lane kernel the tracer generates from them
+is now about as fast as this one: generated / hand 1.07-1.08x, kernel alone, 20,000 random cards, loss and
+gradient, 21 pairs back to back in one process (python bench/bench_generated_lanes.py --models FSRS-6, 29 Nov 2026;
+3-4x before the generator's where-fusion, integer refusal count and counting sort); tests/test_fsrs6_lanes.py holds
+this kernel to it at the default and the clamped weights. A whole plug-in generated from TorchSteps gave the FSRS-6
+row's result lines unchanged on data/embedded and upstream-check (tried in-process). It is not switched because a
+generated plug-in has to be traced once per version of the sources, and tracing imports torch (1.4 s measured):
+FSRS-6 is the model of every first run (`python script.py`, report.py), whose cold start the first-run issue
+measures (6.9-7.7 s against upstream's 10.7-13.2 s); and its equations would then live in upstream/, whose files
+exist only to reproduce upstream's numbers. Next: a tracer that does not import torch, and FSRS-6's torch
+equations moved beside its class.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ from engine.seq_engine import SeqEngine
 
 # ---------------------------------------------------------------------------------- the compiled (fast) trainer
 KERNELS = "models.fsrs6_kernels"
+# the same equations in the traced contract's spelling (init / step / curve in torch), which the tracer can generate
+# a plug-in and lanes from (bench/bench_generated_lanes.py; lane_kernels/fsrs6_lanes.py says why the hand ones stay)
+TORCH_EQUATIONS = "upstream.fsrs6_torch:TorchSteps"
 LOWER = np.array(CLIP_LO, dtype=np.float64)
 UPPER = np.array(CLIP_HI, dtype=np.float64)
 SEED = 2023
