@@ -170,7 +170,7 @@ def fit_pairs(args) -> None:
 
     model, folds = user_folds(args.root, args.user, args.model, args.recency)
     lanes = model.engine
-    scalar = SeqEngine(scalar_plugin(model.kernels), model.lower, model.upper, opts=lanes.opts)
+    scalar = SeqEngine(scalar_plugin(model.plugin()), model.lower, model.upper, opts=lanes.opts)
     setups = []
     for train, _ in folds:
         w_init = model.initial_weights(train)
