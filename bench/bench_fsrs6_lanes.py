@@ -1,5 +1,5 @@
 """A lane model's loss and gradient over one fit's mini-batches: the scalar plug-in (one card at a time) against
-its lane kernel (lane_kernels/fsrs6_lanes.py, fsrs_v5_lanes.py, fsrs_v1_lanes.py: LANES cards side by side), paired
+its lane kernel (lane_kernels/fsrs6_lanes.py, fsrs_v5_lanes.py, or the generated ones: LANES cards side by side), paired
 in one process; with --fit, its whole 5-fold fit (the engine's Adam and objective passes, S0 not timed) with and
 without the lanes.
 

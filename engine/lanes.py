@@ -1,4 +1,4 @@
-"""What every lane kernel shares (lane_kernels/fsrs6_lanes.py, fsrs_v5_lanes.py, fsrs_v1_lanes.py): the work layout's
+"""What every lane kernel shares (lane_kernels/fsrs6_lanes.py, fsrs_v5_lanes.py, and the generated ones): the work layout's
 input rows, packing a group of cards into them, the work items of whole cards, and the grade select.
 
 A lane kernel runs LANES cards side by side: a mini-batch's cards sorted by length, taken LANES at a time, every

@@ -176,6 +176,7 @@ class Proxy:
     def log1p(self): return _unary("log1p", self)
     def sqrt(self): return _unary("sqrt", self)
     def sigmoid(self): return _unary("sigmoid", self)
+    def relu(self): return _relu(self)
     def tanh(self): return _unary("tanh", self)
     def abs(self): return _unary("abs", self)
     def neg(self): return _unary("neg", self)
@@ -375,6 +376,14 @@ def _where(c, a, b) -> Proxy:
     return g.add("where", (c.id, a.id, b.id), None, dtype, max(1, c.prio, a.prio, b.prio))
 
 
+def _relu(x) -> Proxy:
+    """torch.relu: x where x > 0, else 0 (NaN stays NaN), of x's own dtype (an integer count stays an integer)."""
+    x = _as_proxy(_graph_of(x), x)
+    if x.kind == "b":
+        raise TraceError("relu of a boolean")
+    return _result("relu", [x], x.kind)
+
+
 def _float_op(op: str, xs: list, attr=None) -> Proxy:
     """logaddexp / softplus / nan_to_num: float64 operands only (their float32 arithmetic is not reproduced)."""
     g = _graph_of(*xs)
@@ -441,6 +450,8 @@ def _torch_function(func, args, kwargs):
         return _minmax(name, args[0], args[1])
     if name == "where" and len(args) == 3:
         return _where(*args)
+    if name == "relu" and len(args) == 1 and not kwargs:
+        return _relu(args[0])
     if name in ("__and__", "logical_and", "bitwise_and"):
         return _logical("and", args[0], args[1])
     if name in ("__or__", "logical_or", "bitwise_or"):
@@ -496,6 +507,8 @@ def _outputs(graph: Graph, result, what: str, state: bool) -> list[int]:
     out = []
     for i, x in enumerate(result):
         p = _as_proxy(graph, x)
+        if state and p.kind == "i":  # an integer state (a count): kept as a float64, exact below 2^53
+            p = _cast(p, "f8")
         if p.kind != "f8":
             raise TraceError(f"{what} output {i} is {p.dtype}, not float64")
         out.append(p.id)
@@ -762,6 +775,8 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = f"{a[0]} if ({a[0]} > {a[1]} or {a[0]} != {a[0]}) else {a[1]}"
         elif op == "where":
             expr = f"{a[1]} if {a[0]} else {a[2]}"
+        elif op == "relu":  # NaN <= 0 is false: NaN stays NaN, as torch's
+            expr = f"{a[0]} if not ({a[0]} <= 0) else {'0.0' if dtype == 'f8' or lanes else '0'}"
         elif op == "logaddexp":  # torch's CPU kernel: an infinity equal on both sides is returned as is
             x, y = a
             inf = f"abs({x}) == math.inf" if lanes else f"math.isinf({x})"
@@ -793,7 +808,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = chain
         else:  # pragma: no cover - every op the tracer records is listed above
             raise TraceError(f"no code for op {op}")
-        if dtype == "f8" and op in ("where", "minimum", "maximum", "gather", "add", "sub", "mul", "neg", "abs"):
+        if dtype == "f8" and op in ("where", "minimum", "maximum", "gather", "add", "sub", "mul", "neg", "abs", "relu"):
             expr = f"float({expr})"
         lines.append(f"    v{k} = {expr}")
     return lines
@@ -919,6 +934,8 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
             gt, lt = (">", "<") if op == "minimum" else ("<", ">")
             add(args[0], f"(0.0 if {x} {gt} {y} else ({g} / 2 if {x} == {y} else {g}))")
             add(args[1], f"(0.0 if {x} {lt} {y} else ({g} / 2 if {x} == {y} else {g}))")
+        elif op == "relu":  # threshold_backward: the gradient where the result is positive
+            add(args[0], f"({g} if v{k} > 0 else 0.0)")
         elif op == "where":
             add(args[1], f"({g} if {a[0]} else 0.0)")
             add(args[2], f"(0.0 if {a[0]} else {g})")

@@ -22,121 +22,25 @@ printed and the default weights are used), but prediction calls the same `iter` 
 FSRSv1 line is ever written (hence no FSRSv1 entry in data/upstream-check). Later upstream code (models/fsrs.py
 @00c9de57: `stabilities, difficulties, *_ = ...`) reads S and D from the first two components, which is what this
 implementation does: the model runs and is trained as upstream later intended.
+
+The equations are written once, as the torch functions below (`FSRSv1.traced`): the compiled engine runs the plug-in
+engine/traced.py generates from them (scalar steps, VJPs and lanes; S's lower clamp the run-time option RUN_OPTIONS),
+the upstream-style trainer steps them in torch. Until 29 Nov 2026 v1 had a hand-written numba plug-in and lane kernel
+(lane_kernels/fsrs_legacy_lanes.py, later fsrs_v1_lanes.py); the generated ones give the same result lines (day mode and --secs), and the
+generated lane kernel ran 0.80x the hand one's time (bench/bench_generated_lanes.py). For the tracer the lapse count
+is an integer state kept as a float64, and 0.25·2^{G−1} a table (torch computes 0.25 * pow(2, G − 1) in float32;
+the values are exact either way).
 """
 
 from __future__ import annotations
 
-import math
+from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, torch_exp_curve
+from models.fsrs_v3 import torch_curve  # noqa: F401 (v3's curve)
 
-from numba import njit
-
-from models.fsrs_v3 import S_MAX, S_MIN, FSRSLegacy, exp_curve, exp_curve_ds, torch_exp_curve
-from models.fsrs_v3 import curve, curve_vjp, target_loss, target_loss_vjp, torch_curve  # noqa: F401 (v3's curve)
-from engine.jit import inlined
-from engine.kernel_math import weights_then_s_min, weights_then_s_min_vjp
-
-# The trainer's batches run with cards side by side (lane_kernels/fsrs_v1_lanes.py)
-LANE_KERNELS = "lane_kernels.fsrs_v1_lanes:lanes_loss_grad_v1"
-# State: S, D, lapses, then what the step computed for its reverse pass (read by step_vjp alone, never by a later
-# step or the curve): R and, recall: e^{w2}(D'+0.1)^{w3}S^{w4} and e^{w5(1−R)}; lapse: e^{w6·lapses}.
-N_STATE = 6
-N_ADJ = 3
-X_R = 3
-X_C = 4
-X_E = 5
-
-# The precomputed vector wc (precompute): wc[:7] = w, then s_min, the lower clamp of S (opts[0]: S_MIN in day
-# mode, upstream's --secs 1e-4), read by the steps as w[C_SMIN]
-N_W = 7
-C_SMIN = 7
+RUN_OPTIONS = ("S_MIN",)  # the generated plug-in's run-time options (engine/traced.py): FSRSLegacy.engine_opts
 
 
-# the engine contract's precompute: wc = w, then s_min (engine/kernel_math.py)
-precompute, precompute_vjp = weights_then_s_min, weights_then_s_min_vjp
-
-
-
-@njit(cache=True)
-def init(w, g, t, out):
-    out[0] = min(max(w[0] * 0.25 * 2.0 ** (g - 1), w[C_SMIN]), S_MAX)
-    out[1] = w[1] - g + 3.0
-    out[2] = 1.0 if g < 2 else 0.0
-
-
-@njit(cache=True)
-def init_vjp(w, g, t, state, gstate, gw):
-    f = 0.25 * 2.0 ** (g - 1)
-    if w[C_SMIN] <= w[0] * f <= S_MAX:
-        gw[0] += gstate[0] * f
-    gw[1] += gstate[1]
-
-
-@inlined
-def step(w, prev, t, g, out):
-    """One review; keeps R and the exponentials/powers of its branch in out[X_R:] for step_vjp."""
-    s = prev[0]
-    lapses = prev[2]
-    r = exp_curve(s, t)
-    out[X_R] = r
-    nd = max(prev[1] + r - 0.25 * 2.0 ** (g - 1) + 0.1, 0.0)
-    if g > 1:
-        c = math.exp(w[2]) * (nd + 0.1) ** w[3] * s ** w[4]
-        e5 = math.exp(w[5] * (1.0 - r))
-        out[X_C] = c
-        out[X_E] = e5
-        ns = s * (1.0 + c * (e5 - 1.0))
-    else:
-        e6 = math.exp(w[6] * lapses)
-        out[X_E] = e6
-        ns = w[0] * e6
-    out[0] = min(max(ns, w[C_SMIN]), S_MAX)
-    out[1] = nd
-    out[2] = lapses + (1.0 if g < 2 else 0.0)
-
-
-@inlined
-def step_vjp(w, prev, t, g, new, gnew, gprev, gw):
-    """Reverse of `step`, reading the values it kept in `new`."""
-    s = prev[0]
-    lapses = prev[2]
-    r = new[X_R]
-    dr_ds = exp_curve_ds(r, s, t)
-    dr = prev[1] + r - 0.25 * 2.0 ** (g - 1) + 0.1
-    nd = max(dr, 0.0)
-    gs_prev = 0.0
-    gl_prev = gnew[2]
-    gnd = gnew[1]
-    if g > 1:
-        c = new[X_C]
-        e5 = new[X_E]
-        a = c * (e5 - 1.0)
-        ns = s * (1.0 + a)
-        if w[C_SMIN] <= ns <= S_MAX:
-            gs = gnew[0]
-            gs_prev += gs * (1.0 + (1.0 + w[4]) * a - s * c * e5 * w[5] * dr_ds)
-            gnd += gs * s * w[3] * a / (nd + 0.1)
-            gw[2] += gs * s * a
-            gw[3] += gs * s * a * math.log(nd + 0.1)
-            gw[4] += gs * s * a * math.log(s)
-            gw[5] += gs * s * c * e5 * (1.0 - r)
-    else:
-        e6 = new[X_E]
-        ns = w[0] * e6
-        if w[C_SMIN] <= ns <= S_MAX:
-            gs = gnew[0]
-            gw[0] += gs * e6
-            gw[6] += gs * ns * lapses
-            gl_prev += gs * ns * w[6]
-    gd_prev = 0.0
-    if dr > 0.0:  # relu passes the gradient only where its input is positive (as torch's)
-        gd_prev = gnd
-        gs_prev += gnd * dr_ds
-    gprev[0] = gs_prev
-    gprev[1] = gd_prev
-    gprev[2] = gl_prev
-
-
-# ---------------------------------------------------------------------------------------- torch (upstream trainer)
+# ---------------------------------------------------------------------------------------- the equations (torch)
 
 def torch_init(w, g, t):
     import torch  # the upstream-style trainer only: a default run does not import torch
@@ -152,7 +56,8 @@ def torch_step(w, state, t, g):
 
     s, d, lapses = state
     r = torch_exp_curve(t, s)
-    nd = torch.relu(d + r - 0.25 * torch.pow(2, g - 1) + 0.1)
+    quarter_powers = torch.tensor([0.25, 0.5, 1.0, 2.0], dtype=d.dtype)  # 0.25·2^{G−1}, exact in float32 too
+    nd = torch.relu(d + r - quarter_powers[(g.long() - 1).clamp(0, 3)] + 0.1)
     s_recall = s * (1 + torch.exp(w[2]) * (nd + 0.1).pow(w[3]) * s.pow(w[4]) * (torch.exp((1 - r) * w[5]) - 1))
     s_lapse = w[0] * torch.exp(w[6] * lapses)
     ns = torch.where(g > 1, s_recall, s_lapse).clamp(S_MIN, S_MAX)
@@ -162,6 +67,7 @@ def torch_step(w, state, t, g):
 class FSRSv1(FSRSLegacy):
     name = "FSRSv1"
     kernels = "models.fsrs_v1"
+    traced = True  # the compiled engine runs the plug-in generated from torch_init / torch_step / torch_curve
     default_w = [2, 5, 3, -0.7, -0.2, 1, -0.3]
     lower = [0.1, 1, 0.01, -1, -1, 0.01, -1]
     upper = [10, 10, 10, -0.01, -0.01, 10, -0.01]

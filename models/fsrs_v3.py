@@ -18,9 +18,10 @@ The equations are written once, as torch_init / torch_step / torch_curve below (
 engine runs the plug-in engine/traced.py generates from them (scalar steps, their VJPs, and the lane kernel its
 trainer's batches run on, 8 cards side by side), the lower clamp of S a run-time option (RUN_OPTIONS: 0.01, upstream's
 --secs 1e-4); the upstream-style trainer steps the same functions in torch. Until 29 Nov 2026 v2 and v3 had
-hand-written numba steps, VJPs and lanes (the v2/v3 part of today's lane_kernels/fsrs_v1_lanes.py); the generated ones give the same
-result lines on data/embedded and upstream-check (day mode and --secs) at the same speed (generated / hand lane
-kernel 0.99x, bench/bench_generated_lanes.py). The numba curve below is v1's, Anki's and SM2-trainable's.
+hand-written numba steps, VJPs and lanes (lane_kernels/fsrs_legacy_lanes.py, one kernel for v1-v3); the generated
+ones give the same result lines on data/embedded and upstream-check (day mode and --secs) at the same speed
+(generated / hand lane kernel 0.99x, bench/bench_generated_lanes.py); so does v1 (fsrs_v1.py). The numba curve below
+is Anki's and SM2-trainable's.
 
 Upstream quirk reproduced (all three versions): the trained weights are returned through the model's
 `state_dict()`, which rounds every weight to 4 decimals, and the test predictions use those rounded weights
@@ -35,7 +36,7 @@ from numba import njit
 
 from models.fsrs_init import SECS_S_MIN
 from engine.jit import inlined
-from engine.kernel_math import LEGACY_S_MIN, bce
+from engine.kernel_math import LEGACY_S_MIN
 from engine.seq_model import SeqModel
 
 S_MIN = LEGACY_S_MIN  # 0.01; upstream's --secs: 1e-4 (the plug-in's run-time option)
@@ -44,7 +45,7 @@ S_MAX = 36500.0
 LN09 = math.log(0.9)
 
 
-# ---------------------------------------------- the 0.9^{t/S} curve in numba (v1's, Anki's and SM2-trainable's plug-ins)
+# ------------------------------------------------------ the 0.9^{t/S} curve in numba (Anki's and SM2-trainable's plug-ins)
 
 @inlined
 def exp_curve(s, t):
@@ -66,21 +67,6 @@ def curve(w, state, t):
 @njit(cache=True)
 def curve_vjp(w, state, t, gp, gstate, gw):
     gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
-
-
-@njit(cache=True)
-def target_loss(w, state, t, y, wt):
-    """weight·BCE of one target (the engine's default, written here because target_loss_vjp is)."""
-    return bce(exp_curve(state[0], t), y, wt)[0]
-
-
-@njit(cache=True)
-def target_loss_vjp(w, state, t, y, wt, gstate, gw):
-    """The engine's default curve → BCE → curve_vjp with R computed once (the same R, so the same adjoint)."""
-    r = exp_curve(state[0], t)
-    lo, gp = bce(r, y, wt)
-    gstate[0] += gp * exp_curve_ds(r, state[0], t)
-    return lo
 
 
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
