@@ -103,6 +103,17 @@ def import_generated(source: str, name: str, digits: int):
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(source, encoding="utf-8")
         os.replace(tmp, path)
+    return load_generated(stem)
+
+
+def load_generated(stem: str):
+    """The generated module `stem` already written into the engine directory (import_generated), imported and
+    registered under its name; None if its file is gone."""
+    if stem in sys.modules:
+        return sys.modules[stem]
+    path = _engine_dir() / f"{stem}.py"
+    if not path.exists():
+        return None
     spec = importlib.util.spec_from_file_location(stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[stem] = module

@@ -11,7 +11,6 @@ modules (seq_engine's engine folder): the plug-in's module name and its lane mod
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import sys
 from functools import lru_cache
@@ -38,28 +37,15 @@ def _entry(module, n_w: int, use_clip: bool, lanes: bool) -> Path | None:
     return _engine_dir() / f"traced_index_{hashlib.sha1(key.encode()).hexdigest()[:16]}.txt"
 
 
-def _import(stem: str, folder: Path) -> bool:
-    """Import the generated module `stem` from folder (registered under its name, as seq_engine.import_generated
-    does); False if its file is gone."""
-    if stem in sys.modules:
-        return True
-    path = folder / f"{stem}.py"
-    if not path.exists():
-        return False
-    spec = importlib.util.spec_from_file_location(stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[stem] = module
-    spec.loader.exec_module(module)
-    return True
-
-
 def plugin_for(module, n_w: int, use_clip: bool = True, lanes: bool = True) -> str:
     """traced.compile_module(module, n_w, use_clip, lanes): the generated plug-in's module name, imported; read
     from this version's entry when there is one, else traced (importing torch) and remembered."""
+    from engine.seq_engine import load_generated
+
     entry = _entry(module, n_w, use_clip, lanes)
     if entry is not None and entry.exists():
         stems = entry.read_text(encoding="utf-8").split()
-        if stems and all(_import(stem, entry.parent) for stem in reversed(stems)):  # the lane module first
+        if stems and all(load_generated(stem) is not None for stem in reversed(stems)):  # the lane module first
             return stems[0]
     from engine.traced import compile_module
 

@@ -15,8 +15,8 @@ lanes now hold the other side's value, whose adjoint is 0 (where's derivative), 
 long as everything stays finite. Where the scalar code's untaken value is not finite, its gradient is NaN (0·inf,
 torch's where), and the lanes must refuse the batch as they did before (engine/traced_lanes.py: the engine then
 runs it card by card): each fused node keeps a guard of the operands it no longer computes, and the lane dialect
-(traced_codegen._guard_conditions) flags a review whose operands leave the functions' finite domain: exp(x) for x < ln(max double), log(x) for
-0 < x < inf, log1p(x) for −1 < x < inf, x^y for 0 < x < inf and y finite (tests/test_traced_lanes.py has a model
+(traced_codegen._guard_conditions) flags a review whose operands leave the functions' finite domain: exp(x) for
+x < ln(max double), log(x) for 0 < x < inf, log1p(x) for −1 < x < inf, x^y for 0 < x < inf and y finite (tests/test_traced_lanes.py has a model
 whose untaken exp overflows). Left unchecked: an untaken x^y that overflows with such operands, and untaken
 arithmetic that overflows downstream of a fused value (the hand kernels check neither), where the lanes give the
 taken side's gradient and the scalar code NaN.
@@ -35,7 +35,7 @@ the hoisted weight-only part (wc), whose order the scalar plug-in's precompute f
 
 from __future__ import annotations
 
-from engine.traced_codegen import Graph, Trace
+from engine.traced_codegen import Graph, Trace, _needed, guard_ids
 
 FUSIBLE = ("exp", "log", "log1p", "pow")
 
@@ -62,23 +62,14 @@ def fuse_branches(traces: dict, hoist: list[int]) -> tuple[dict, list[int]]:
 def _guard(nodes, k: int) -> tuple:
     """The operands node k stands for: its guard if it is already fused, else its own arguments."""
     _, args, attr, _, _ = nodes[k]
-    if isinstance(attr, tuple) and attr and attr[0] == "guard":
-        return attr[1]
-    return tuple(args)
+    ids = guard_ids(attr)
+    return tuple(args) if ids is None else ids
 
 
 def _next_pair(nodes, roots: list[int], leaves: set[int]):
     """The first pair (where, x, y) to fuse: x exclusive to the where's true side, y to its false side, the same
     fusible op; wheres inner (earlier) first, candidates in creation order. None when there is none."""
-    need = set()
-    stack = list(roots)
-    while stack:
-        k = stack.pop()
-        if k not in need:
-            need.add(k)
-            if k not in leaves:
-                stack.extend(nodes[k][1])
-    order = sorted(need)
+    order = _needed(nodes, roots, leaves)
     uses: dict[int, list[tuple[int, int]]] = {k: [] for k in order}
     for k in order:
         if k not in leaves:
@@ -131,8 +122,8 @@ def _rebuild(nodes, roots: list[int], pair) -> tuple[Graph, dict[int, int]]:
             return new
         op, args, attr, dtype, prio = nodes[k]
         new_args = tuple(emit(j) for j in args)
-        if isinstance(attr, tuple) and attr and attr[0] == "guard":
-            attr = ("guard", tuple(emit(j) for j in attr[1]))
+        if guard_ids(attr) is not None:
+            attr = ("guard", tuple(emit(j) for j in guard_ids(attr)))
         ids[k] = g.add(op, new_args, attr, dtype, prio).id
         return ids[k]
 

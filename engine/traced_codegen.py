@@ -528,8 +528,9 @@ def _call(fn, what: str, *args):
 def trace_model(init, step, curve, n_w: int, clip=None, options=None) -> dict:
     """The traces of a contract model's functions: {"init", "step", "curve", ("clip")} and its N_STATE.
     `options`: (module, names): module-level constants the functions read ("NAME" in the module, or
-    "package.module:NAME") that the compiled plug-in takes as run-time options instead (precompute's opts[i] for names[i]; e.g. the lower clamp of S, which upstream's --secs changes):
-    while tracing, each is the module attribute bound to an "opt" node (constant per run, like a weight)."""
+    "package.module:NAME") that the compiled plug-in takes as run-time options instead (precompute's opts[i] for
+    names[i]; e.g. the lower clamp of S, which upstream's --secs changes): while tracing, each is the module
+    attribute bound to an "opt" node (constant per run, like a weight)."""
     import importlib
 
     g = Graph()
@@ -668,14 +669,20 @@ def _flag(cond: str) -> str:
     return f"    nbad += 0 if ({cond}) else 1"
 
 
+def guard_ids(attr) -> tuple | None:
+    """The operands a node fused across a where's sides (engine/traced_branches.py) no longer computes, from its
+    attr ("guard", ids); None for any other node."""
+    return attr[1] if isinstance(attr, tuple) and attr and attr[0] == "guard" else None
+
+
 def _guard_conditions(nodes, k: int) -> list[str]:
-    """The lane dialect's conditions on the operands that a node fused across a where's sides
-    (engine/traced_branches.py) no longer computes, one per operand: each must hold (the untaken value finite, as
-    the scalar code's gradient needs), else the review is flagged."""
+    """The lane dialect's conditions on the operands that a node fused across a where's sides no longer computes,
+    one per operand: each must hold (the untaken value finite, as the scalar code's gradient needs), else the review
+    is flagged."""
     op, _, attr, _, _ = nodes[k]
-    if not (isinstance(attr, tuple) and attr and attr[0] == "guard"):
+    ids = guard_ids(attr)
+    if ids is None:
         return []
-    ids = attr[1]
     if op == "pow":
         return [f"v{x} > 0.0 and v{x} < math.inf and abs(v{y}) < math.inf" for x, y in zip(ids[::2], ids[1::2])]
     cond = {"exp": "v{0} < 709.782712893384", "log": "v{0} > 0.0 and v{0} < math.inf",
@@ -901,7 +908,7 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
                 elif e in (1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0) or args[0] not in act:
                     add(args[0], f"{g} * ({_lit(e)} * {direct})")
                 else:
-                    add(args[0], f"{g} * ({_lit(e)} * {quotient(f'v{k}', a[0], '1.0', _pow_const(a[0], e - 1.0))})")
+                    add(args[0], f"{g} * ({_lit(e)} * {quotient(f'v{k}', a[0], '1.0', direct)})")
         elif op == "rpowc":
             ln = _lit(math.log(attr)) if attr > 0 else ("math.nan" if attr < 0 else "-math.inf")
             if attr == 0:
@@ -1006,14 +1013,20 @@ def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
     return names
 
 
+def hoisted_of(traces: dict) -> list[int]:
+    """The traced model's hoisted weight-only nodes, in wc's order (wc[N_W:], the plug-in's precompute)."""
+    return _hoisted(traces["init"].graph.nodes, [traces[name].outputs for name in ("init", "step", "curve")])
+
+
 def _plan(traces: dict, hoist: list[int] | None = None):
-    """What every generated function shares: the hoisted weight-only nodes (wc[N_W:]), how a function reads them
-    (leaves), each function's nodes in order (init, step, curve, the fused step_target) and the transcendental
-    values init, step and step_target keep for their reverse passes (stash)."""
+    """What every generated function shares: the hoisted weight-only nodes (wc[N_W:]; `hoist` when given, as the
+    lanes' rewritten graph passes them), how a function reads them (leaves), each function's nodes in order (init,
+    step, curve, the fused step_target) and the transcendental values init, step and step_target keep for their
+    reverse passes (stash)."""
     nodes = traces["init"].graph.nodes
     n_w = traces["init"].n_w
     if hoist is None:
-        hoist = _hoisted(nodes, [traces[name].outputs for name in ("init", "step", "curve")])
+        hoist = hoisted_of(traces)
     leaves = {k: f"w[{n_w + i}]" for i, k in enumerate(hoist)}
     orders = {name: _needed(nodes, traces[name].outputs, leaves) for name in ("init", "step", "curve")}
     fused = traces["step"].outputs + traces["curve"].outputs  # a step and the target read from its input state

@@ -140,12 +140,11 @@ def _indent(lines: list[str], n: int) -> list[str]:
 
 def generate_lanes(traces: dict, source: str = "a model file") -> str:
     """The lane module's Python source for a model's traces (traced.trace_model)."""
-    from engine.traced_codegen import _active, _backward_lines, _forward_lines, _plan
+    from engine.traced_codegen import _active, _backward_lines, _forward_lines, _plan, hoisted_of
 
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
-    hoist = _plan(traces)[0]  # wc's layout: the scalar plug-in's precompute
-    traces, hoist = fuse_branches(traces, hoist)
+    traces, hoist = fuse_branches(traces, hoisted_of(traces))  # wc's layout: the scalar plug-in's precompute
     hoist, leaves, orders, stash = _plan(traces, hoist)
     n_wc = n_w + len(hoist)
     f_p = F_S + n_state
