@@ -21,6 +21,56 @@ def scalar_plugin(tmp_path, monkeypatch, kernels: str, name: str, names: str = "
     return name
 
 
+_PLUGINS: dict[type, str] = {}
+
+
+def model_plugin(cls) -> str:
+    """The compiled engine's plug-in of a model class (SeqModel.plugin: its hand-written module, or the one generated
+    from its torch equations), once per class."""
+    if cls not in _PLUGINS:
+        _PLUGINS[cls] = cls().plugin()
+    return _PLUGINS[cls]
+
+
+def plugin_lanes(plugin: str):
+    """The plug-in's lane kernel (its LANE_KERNELS)."""
+    import importlib
+
+    from engine.seq_engine import lane_function
+
+    return lane_function(importlib.import_module(plugin).LANE_KERNELS)
+
+
+def lane_loss_grad(plugin: str, w, data, opts, weights=None, want_loss=True, want_grad=True, gwc=None):
+    """(loss, gradient of w, gwc) of the plug-in's lane kernel over all of data's cards in one batch (no prior; wc:
+    its precompute at the run-time options `opts`, wc's adjoint folded into w's by its precompute_vjp)."""
+    from engine.lanes import card_items
+    from engine.seq_engine import Cards
+
+    pm = sys.modules[plugin]
+    cards = Cards(data, weights)
+    w = np.asarray(w, dtype=np.float64)
+    wc = pm.precompute(w, opts)
+    gwc = np.zeros(len(wc)) if gwc is None else gwc
+    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
+    loss = plugin_lanes(plugin)(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
+                                cards.t_wt, items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
+    gw = np.zeros(len(w))
+    pm.precompute_vjp(w, opts, wc, gwc, gw)
+    return loss, gw, gwc
+
+
+def scalar_loss_grad(plugin: str, w, data, opts, weights=None):
+    """The same loss and gradient through the engine's scalar card loop on the plug-in."""
+    from engine.seq_engine import Cards, instantiate
+
+    cards = Cards(data, weights)
+    grad = np.zeros(len(w))
+    loss = instantiate(plugin).loss_grad_cards(np.asarray(w, dtype=np.float64), opts, *cards.args(), cards.t_y,
+                                               cards.t_wt, cards.max_n, grad)
+    return loss, grad
+
+
 def assert_gradient_is_central_differences(loss_grad, w) -> None:
     """loss_grad(w, want_grad) -> (loss, gradient): every gradient component equals the central difference of the
     loss at a step of 1e-6 of the weight (at least 1e-8)."""

@@ -23,26 +23,26 @@ from models.fsrs_v1 import FSRSv1
 from models.fsrs_v2 import FSRSv2
 from models.fsrs_v3 import FSRSv3
 from engine.lanes import card_items, kernel_address
-from engine.seq_engine import Cards, SeqEngine, instantiate, lane_function, lane_kernel
+from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
 from engine.seq_model import TorchSeqNet
 from tests.test_fsrs6_fast import random_data
-from lane_code import assert_gradient_is_central_differences, fresh_compile, lane_code, scalar_plugin
+import lane_code
+from lane_code import (assert_gradient_is_central_differences, fresh_compile, model_plugin, plugin_lanes,
+                       scalar_plugin)
 
 MODELS = {"FSRSv1": FSRSv1, "FSRSv2": FSRSv2, "FSRSv3": FSRSv3}
 DAY = np.array([0.01])  # the plug-ins' run-time options in day mode: S's lower clamp
-_PLUGINS: dict[str, str] = {}
 
 
 def plugin(name) -> str:
-    """The compiled engine's plug-in of the model (SeqModel.plugin): the one generated from its torch equations."""
-    if name not in _PLUGINS:
-        _PLUGINS[name] = MODELS[name]().plugin()
-    return _PLUGINS[name]
+    """The compiled engine's plug-in of the model: the one generated from its torch equations."""
+    return model_plugin(MODELS[name])
 
 
 def entry(name):
-    """The plug-in's lane kernel (its LANE_KERNELS)."""
-    return lane_function(importlib.import_module(plugin(name)).LANE_KERNELS)
+    return plugin_lanes(plugin(name))
+
+
 # Weights (over the defaults) that drive S to 0.01 and 36500, D to 1 and 10 (v2, v3) and v1's D' to its relu's 0
 # on random_data(7) (test_clamps_are_reached checks it)
 CLAMPED = {
@@ -68,19 +68,8 @@ def random_w(name, rng) -> np.ndarray:
 
 
 def lane_loss_grad(name, w, data, weights=None, want_loss=True, want_grad=True):
-    """(loss, gradient) of the lane kernel over all of data's cards in one batch (wc: the plug-in's precompute in
-    day mode; its adjoint folded into the weights' by its precompute_vjp)."""
-    pm = sys.modules[plugin(name)]
-    cards = Cards(data, weights)
-    w = np.asarray(w, dtype=np.float64)
-    wc = pm.precompute(w, DAY)
-    gwc = np.zeros(len(wc))
-    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    loss = entry(name)(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt,
-                       items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
-    gw = np.zeros(len(w))
-    pm.precompute_vjp(w, DAY, wc, gwc, gw)
-    return loss, gw
+    """(loss, gradient) of the lane kernel over all of data's cards in one batch, in day mode."""
+    return lane_code.lane_loss_grad(plugin(name), w, data, DAY, weights, want_loss, want_grad)[:2]
 
 
 def _wc(name, w):
@@ -90,12 +79,7 @@ def _wc(name, w):
 
 def scalar_loss_grad(name, w, data, weights=None):
     """The same through the engine's scalar card loop."""
-    k = instantiate(plugin(name))
-    cards = Cards(data, weights)
-    grad = np.zeros(len(w))
-    loss = k.loss_grad_cards(np.asarray(w, dtype=np.float64), DAY, *cards.args(), cards.t_y, cards.t_wt,
-                             cards.max_n, grad)
-    return loss, grad
+    return lane_code.scalar_loss_grad(plugin(name), w, data, DAY, weights)
 
 
 def torch_loss_grad(name, w, data, weights=None):
@@ -315,7 +299,7 @@ def test_lanes_loss_only_and_gradient_only():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_engine_binds_each_version_to_its_entry_point(name):
-    """LANE_KERNELS: the trainer's lane kernel is the plug-in's own (v1: "module:function"), compiled."""
+    """LANE_KERNELS: the trainer's lane kernel is the plug-in's own, compiled."""
     assert lane_kernel(plugin(name)) == kernel_address(entry(name)) != 0
 
 
@@ -343,7 +327,7 @@ def test_lane_loops_vectorise_without_libm_calls(name):
     fresh = fresh_compile(entry(name), error_model="numpy", fastmath={"contract"})
     cards = Cards(random_data(1, n_cards=9))
     w = np.array(MODELS[name].default_w, dtype=np.float64)
-    llvm_ir, asm = lane_code(fresh, _wc(name, w), cards, card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te))
+    llvm_ir, asm = lane_code.lane_code(fresh, _wc(name, w), cards, card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te))
     assert len(re.findall(r"vdivpd", asm)) >= 2
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)
 

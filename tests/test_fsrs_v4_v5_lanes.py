@@ -7,7 +7,6 @@ FSRS-5's hand kernel against the one generated from its torch equations."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 import sys
@@ -19,26 +18,23 @@ from models.fsrs_v4 import FSRSv4
 from models.fsrs_v45 import FSRS45
 from models.fsrs_v5 import FSRS5
 from engine.lanes import card_items, kernel_address
-from engine.seq_engine import Cards, SeqEngine, instantiate, lane_function, lane_kernel
+from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
 from tests.test_fsrs6_fast import random_data
+import lane_code
 from lane_code import (assert_gradient_is_central_differences, assert_hand_lanes_equal_generated, fresh_compile,
-                       lane_code, scalar_plugin)
+                       model_plugin, plugin_lanes, scalar_plugin)
 
 MODELS = {"FSRSv4": FSRSv4, "FSRS-4.5": FSRS45, "FSRS-5": FSRS5}
 DAY = np.array([0.01])  # the plug-ins' run-time options in day mode: S's lower clamp
-_PLUGINS: dict[str, str] = {}
 
 
 def plugin(name) -> str:
-    """The compiled engine's plug-in of the model (SeqModel.plugin): v4 and 4.5's generated one, FSRS-5's module."""
-    if name not in _PLUGINS:
-        _PLUGINS[name] = MODELS[name]().plugin()
-    return _PLUGINS[name]
+    """The compiled engine's plug-in of the model: v4 and 4.5's generated one, FSRS-5's module."""
+    return model_plugin(MODELS[name])
 
 
 def entry(name):
-    """The plug-in's lane kernel (its LANE_KERNELS)."""
-    return lane_function(importlib.import_module(plugin(name)).LANE_KERNELS)
+    return plugin_lanes(plugin(name))
 # Weights that drive S to 0.01 (w0 low, same-day Again, lapses) and 36500, D to 1 and 10 (w6 high; D0 beyond
 # 10 or below 1), the lapse caps taking over (FSRS-5's w17 = w18 = 2; 4.5's min(S_f, S) with w11 high); each
 # value off the clamps' own boundaries (w17 = w18 = 0.01, not 0: a same-day review of a card at S = 0.01 would
@@ -68,29 +64,13 @@ def clamped_w(name, case) -> np.ndarray:
 
 
 def lane_loss_grad(name, w, data, weights=None, want_loss=True, want_grad=True):
-    """(loss, gradient of w) of the lane kernel over all of data's cards in one batch (no prior; wc's adjoint folded
-    into the weights' by the plug-in's precompute_vjp)."""
-    pm = sys.modules[plugin(name)]
-    cards = Cards(data, weights)
-    w = np.asarray(w, dtype=np.float64)
-    wc = _wc(name, w)
-    gwc = np.zeros(len(wc))
-    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    loss = entry(name)(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt,
-                       items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
-    gw = np.zeros(len(w))
-    pm.precompute_vjp(w, DAY, wc, gwc, gw)
-    return loss, gw
+    """(loss, gradient of w) of the lane kernel over all of data's cards in one batch (no prior), in day mode."""
+    return lane_code.lane_loss_grad(plugin(name), w, data, DAY, weights, want_loss, want_grad)[:2]
 
 
 def scalar_loss_grad(name, w, data, weights=None):
     """The same through the engine's scalar card loop."""
-    k = instantiate(plugin(name))
-    cards = Cards(data, weights)
-    grad = np.zeros(len(w))
-    loss = k.loss_grad_cards(np.asarray(w, dtype=np.float64), DAY, *cards.args(), cards.t_y, cards.t_wt,
-                             cards.max_n, grad)
-    return loss, grad
+    return lane_code.scalar_loss_grad(plugin(name), w, data, DAY, weights)
 
 
 # ------------------------------------------------------------------------------------------------ a 100-bit reference
@@ -311,7 +291,7 @@ def test_lane_loops_vectorise_without_libm_calls(name):
     w = np.array(_cls(name).default_w, dtype=np.float64)
     wc = _wc(name, w)
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    llvm_ir, asm = lane_code(fresh, wc, cards, items)
+    llvm_ir, asm = lane_code.lane_code(fresh, wc, cards, items)
     assert len(re.findall(r"vdivpd", asm)) >= 8
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)  # (e^{w8}: precompute's)
     if name != "FSRSv4":

@@ -20,27 +20,14 @@ import torch.nn.functional as F
 from engine.seq_engine import Cards, SeqEngine
 from engine.traced import compile_module
 from tests.test_fsrs6_fast import random_data
-from lane_code import fresh_compile, lane_code
+import lane_code
+from lane_code import fresh_compile, plugin_lanes
 from engine.lanes import card_items
 
 
-def _lanes(plugin: str):
-    return importlib.import_module(sys.modules[plugin].LANE_KERNELS)
-
-
 def lane_loss_grad(plugin: str, w, data, weights=None, want_loss=True, want_grad=True, gwc=None):
-    """(loss, gradient of w, gwc) of the lane kernel over all of data's cards in one batch (no prior)."""
-    pm, lm = sys.modules[plugin], _lanes(plugin)
-    cards = Cards(data, weights)
-    w = np.asarray(w, dtype=np.float64)
-    wc = pm.precompute(w, np.zeros(0))
-    gwc = np.zeros(len(wc)) if gwc is None else gwc
-    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    loss = lm.lanes_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y,
-                              cards.t_wt, items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
-    gw = np.zeros(len(w))
-    pm.precompute_vjp(w, np.zeros(0), wc, gwc, gw)
-    return loss, gw, gwc
+    """(loss, gradient of w, gwc) of the lane kernel over all of data's cards in one batch (no prior; no options)."""
+    return lane_code.lane_loss_grad(plugin, w, data, np.zeros(0), weights, want_loss, want_grad, gwc)
 
 
 def scalar_loss_grad(engine: SeqEngine, w, data, weights=None):
@@ -168,13 +155,12 @@ def test_lane_loops_vectorise_without_libm_calls():
     """FSRS-7's lane loops compile to AVX2 vector code with no call to exp, log or pow (a fresh, uncached compile:
     numba shows no assembly for cached code)."""
     mod, plugin, engine, _, _ = _model("fsrs7")
-    lm = _lanes(plugin)
-    fresh = fresh_compile(lm.lanes_loss_grad, error_model="numpy", fastmath={"contract"})
+    fresh = fresh_compile(plugin_lanes(plugin), error_model="numpy", fastmath={"contract"})
     cards = Cards(random_data(1, n_cards=9))
     w = np.array(mod.DEFAULT_W, float)
     wc = sys.modules[plugin].precompute(w, np.zeros(0))
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    llvm_ir, asm = lane_code(fresh, wc, cards, items)
+    llvm_ir, asm = lane_code.lane_code(fresh, wc, cards, items)
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)
 
 
