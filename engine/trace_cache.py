@@ -1,6 +1,6 @@
 """Which plug-in engine/traced.py generated for a model module, remembered per version of the sources, so that a
-later run imports the generated files directly: no tracing, and so no torch (~1.5 s of a run's start) for a model
-whose torch functions import torch only when called (FSRS v2 and v3).
+later run imports the generated files directly, without tracing (a first run traces without torch too, with
+engine/torch_standin.py, when the model's torch functions import torch only when called, as FSRS v1-v4.5's do).
 
 Only for modules inside the code packages (engine/jit_cache.PACKAGES): their sources, and the tracer's, are in
 jit_cache.version_digest, which names the remembered entry, so any edit traces afresh. A researcher's model file
@@ -39,7 +39,7 @@ def _entry(module, n_w: int, use_clip: bool, lanes: bool) -> Path | None:
 
 def plugin_for(module, n_w: int, use_clip: bool = True, lanes: bool = True) -> str:
     """traced.compile_module(module, n_w, use_clip, lanes): the generated plug-in's module name, imported; read
-    from this version's entry when there is one, else traced (importing torch) and remembered."""
+    from this version's entry when there is one, else traced and remembered."""
     from engine.seq_engine import load_generated
 
     entry = _entry(module, n_w, use_clip, lanes)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import traceback
 
 import numpy as np
-import torch
+
+from engine import torch_standin
 
 
 class TraceError(RuntimeError):
@@ -37,8 +39,24 @@ class TraceError(RuntimeError):
 
 # --------------------------------------------------------------------------------------------------- dtypes
 _CAT = {"b": 0, "i": 1, "f4": 2, "f8": 2}
-_TORCH_DTYPE = {"b": torch.bool, "i": torch.int64, "f4": torch.float32, "f8": torch.float64}
-_FROM_TORCH = {torch.bool: "b", torch.int64: "i", torch.int32: "i", torch.float32: "f4", torch.float64: "f8"}
+_DTYPE_NAME = {"b": "bool", "i": "int64", "f4": "float32", "f8": "float64"}
+_KIND = {"torch.bool": "b", "torch.int64": "i", "torch.int32": "i", "torch.float32": "f4", "torch.float64": "f8"}
+
+
+def _torch():
+    """The torch the traced functions see: torch itself once imported, else the stand-in (engine/torch_standin.py,
+    which trace_model installs so that a first run traces without importing torch)."""
+    return sys.modules.get("torch") or torch_standin
+
+
+def _is_tensor(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _kind_of(dtype) -> str | None:
+    """The graph's dtype letter for a torch dtype (torch's or the stand-in's, both printed "torch.float64")."""
+    return _KIND.get(str(dtype))
 
 
 def _promote(operands: list[tuple[str, int]]) -> str:
@@ -104,11 +122,11 @@ class Proxy:
 
     @property
     def dtype(self):
-        return _TORCH_DTYPE[self.kind]
+        return getattr(_torch(), _DTYPE_NAME[self.kind])
 
     @property
     def device(self):
-        return torch.device("cpu")
+        return _torch().device("cpu")
 
     # ---- Python protocol: refused where a traced value would steer Python
     def __bool__(self):
@@ -198,18 +216,18 @@ class Proxy:
     def to(self, *args, **kwargs):
         dtype = kwargs.get("dtype")
         for a in args:
-            if isinstance(a, torch.dtype):
+            if type(a).__name__ == "dtype":  # torch.dtype, or the stand-in's
                 dtype = a
-            elif isinstance(a, (Proxy, torch.Tensor)):
+            elif isinstance(a, Proxy) or _is_tensor(a):
                 dtype = a.dtype
         if dtype is None:
             return self
-        if dtype not in _FROM_TORCH:
+        if _kind_of(dtype) is None:
             raise TraceError(f".to({dtype})")
-        return _cast(self, _FROM_TORCH[dtype])
+        return _cast(self, _kind_of(dtype))
 
     def type_as(self, other):
-        return _cast(self, _FROM_TORCH[other.dtype])
+        return _cast(self, _kind_of(other.dtype))
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -222,15 +240,20 @@ class WeightVector:
     def __init__(self, graph: Graph, elems: list[Proxy]):
         self.graph, self.elems = graph, elems
 
-    dtype = torch.float64
-    device = torch.device("cpu")
+    @property
+    def dtype(self):
+        return _torch().float64
+
+    @property
+    def device(self):
+        return _torch().device("cpu")
 
     def __len__(self):
         return len(self.elems)
 
     @property
     def shape(self):
-        return torch.Size([len(self.elems)])
+        return _torch().Size([len(self.elems)])
 
     def __getitem__(self, key):
         if isinstance(key, slice):
@@ -277,13 +300,13 @@ def _as_proxy(graph: Graph, x) -> Proxy:
         return x
     if _is_number(x):
         return graph.const(x.item() if hasattr(x, "item") else x)
-    if isinstance(x, torch.Tensor) and x.numel() == 1:
-        kind = _FROM_TORCH.get(x.dtype)
+    if _is_tensor(x) and x.numel() == 1:
+        kind = _kind_of(x.dtype)
         if kind is None:
             raise TraceError(f"a constant tensor of dtype {x.dtype}")
         return graph.const(x.item(), 1 if x.dim() == 0 else 2, kind)
     raise TraceError(f"an operand of type {type(x).__name__}" + (f" and shape {tuple(x.shape)}"
-                                                                  if isinstance(x, torch.Tensor) else ""))
+                                                                  if _is_tensor(x) else ""))
 
 
 def _result(op: str, xs: list[Proxy], dtype: str, attr=None) -> Proxy:
@@ -460,7 +483,7 @@ def _torch_function(func, args, kwargs):
         return _full_like(args[0], 0.0 if name == "zeros_like" else 1.0)
     if name == "full_like" and len(args) == 2 and isinstance(args[0], Proxy):
         return _full_like(args[0], args[1])
-    if name == "__getitem__" and isinstance(args[0], torch.Tensor) and isinstance(args[1], Proxy):
+    if name == "__getitem__" and _is_tensor(args[0]) and isinstance(args[1], Proxy):
         table = args[0]
         if table.dim() != 1:
             raise TraceError("indexing a constant tensor of more than one dimension")
@@ -517,7 +540,7 @@ def _outputs(graph: Graph, result, what: str, state: bool) -> list[int]:
 
 def _call(fn, what: str, *args):
     try:
-        with torch.no_grad():
+        with _torch().no_grad():
             return fn(*args)
     except TraceError:
         raise
@@ -531,6 +554,19 @@ def trace_model(init, step, curve, n_w: int, clip=None, options=None) -> dict:
     "package.module:NAME") that the compiled plug-in takes as run-time options instead (precompute's opts[i] for
     names[i]; e.g. the lower clamp of S, which upstream's --secs changes): while tracing, each is the module
     attribute bound to an "opt" node (constant per run, like a weight)."""
+    standin = False
+    try:
+        with torch_standin.standing_in() as standin:  # torch not imported yet: the stand-in, no torch import
+            return _trace_with_options(init, step, curve, n_w, clip, options)
+    except TraceError:
+        if not standin:
+            raise
+    import torch  # noqa: F401 (the functions need more of torch than the stand-in has: trace them with torch)
+
+    return _trace_with_options(init, step, curve, n_w, clip, options)
+
+
+def _trace_with_options(init, step, curve, n_w: int, clip, options) -> dict:
     import importlib
 
     g = Graph()

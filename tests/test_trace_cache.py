@@ -1,5 +1,5 @@
 """engine/trace_cache.py and the traced contract's run-time options (RUN_OPTIONS): a model whose equations are torch
-functions (FSRS v2, v3) runs on its generated plug-in without importing torch once this version has traced it, and
+functions (FSRS v2, v3) runs on its generated plug-in without importing torch, traced once per version, and
 the plug-in's precompute takes the lower clamp of S as a run-time option (day mode 0.01, upstream's --secs 1e-4)."""
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from models.fsrs_v3 import FSRSv3
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ("import sys; from models.fsrs_v3 import FSRSv3; name = FSRSv3().plugin(); "
-         "print(name, sys.modules[name].LANE_KERNELS, 'torch' in sys.modules)")
+         "print(name, sys.modules[name].LANE_KERNELS, 'torch' in sys.modules, 'engine.traced_codegen' in sys.modules)")
 
 
 def test_a_traced_model_imports_no_torch_once_this_version_traced_it(tmp_path):
-    """Two fresh processes on an empty cache: the first traces (torch imported), the second finds the entry and
-    imports the same generated modules, without torch; a deleted generated file is traced again."""
+    """Two fresh processes on an empty cache: the first traces (with engine/torch_standin.py, so no torch either)
+    and writes the entry, the second finds it and imports the same generated modules without importing the tracer;
+    a deleted generated file is traced again."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
     env.update(SRS_BENCH_CACHE=str(tmp_path / "cache"), SRS_BENCH_ENGINE_DIR=str(tmp_path / "engines"))
 
@@ -30,11 +31,13 @@ def test_a_traced_model_imports_no_torch_once_this_version_traced_it(tmp_path):
         assert out.returncode == 0, out.stderr
         return out.stdout.split()
 
-    first, second = probe(), probe()
-    assert first[2] == "True" and second[2] == "False"
-    assert first[:2] == second[:2] and first[0] != "models.fsrs_v3"
+    first = probe()
+    entries = list((tmp_path / "engines").glob("traced_index_*.txt"))
+    assert len(entries) == 1 and entries[0].read_text().split() == first[:2]
+    second = probe()  # the same modules, not traced: the tracer not even imported
+    assert first[:3] == second[:3] and first[2:] == ["False", "True"] and second[3] == "False"
     (tmp_path / "engines" / f"{first[0]}.py").unlink()
-    assert probe() == first  # traced again (torch imported), the same content
+    assert probe() == first  # traced again, the same content
 
 
 def test_the_lower_clamp_of_s_is_a_run_time_option():
