@@ -73,6 +73,17 @@ J_G = N_WC + 2  # the carried adjoints of the state
 N_SUMS = J_G + N_STATE
 '''
 
+# The kernel's two large parts as lanes_loss_grad calls them (work arrays allocated there, lane counts int64): a
+# first run compiles each on a worker of its own and then the kernel, which loads them from the cache
+# (seq_engine.lane_units), as lane_kernels/fsrs6_lanes.py does by hand
+_PARTS = '''
+
+from numba import types
+
+_WORK = (types.float64[::1], types.float64[:, :, ::1], types.float64[:, ::1], types.int64, types.int64)
+PARTS = ((group_forward, _WORK), (group_reverse, _WORK))
+'''
+
 _DRIVER = '''
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
@@ -210,4 +221,5 @@ def generate_lanes(traces: dict, source: str = "a model file") -> str:
     rev += ["    for lane in range(nl):"] + _indent(rbody0, 4) + ["    A[J_BAD, 0] += nbad"]
 
     head = _HEADER.format(source=source, n_wc=n_wc, n_state=n_state, f_s=F_S, f_p=f_p, f_k=f_k, n_row=n_row)
-    return (head + _DRIVER + f"\n\n{_JIT}\n" + "\n".join(fwd) + "\n\n\n" + f"{_JIT}\n" + "\n".join(rev) + "\n")
+    return (head + _DRIVER + f"\n\n{_JIT}\n" + "\n".join(fwd) + "\n\n\n" + f"{_JIT}\n" + "\n".join(rev) + "\n"
+            + _PARTS)
