@@ -36,86 +36,17 @@ Float64 on the CPU by default; any torch device when given (`device="cuda"`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.base import ReviewData, recency_weights
-from engine.seq_engine import LR, SEED, Cards, fit_prior, training_cards
-
-
-def upstream_recency(n: int) -> np.ndarray:
-    """upstream's --recency weights (0.25 + 0.75·x³), the default recency function."""
-    return recency_weights(n)
-
-
-@dataclass
-class Recipe:
-    """How a model is trained. The defaults are upstream's Trainer as the compiled engine runs it.
-
-    optimizer: "adam" | "adamw" (mini-batches of whole cards, per-step cosine lr) | "lbfgs" (full batch, torch's
-      L-BFGS with a strong-Wolfe line search, at most `max_iter` iterations; the objective is the weighted BCE sum
-      over every kept target divided by the sum of their weights, plus `prior_weight`·Σ((w − w_init)/σ)²).
-    n_epoch / batch_size: None takes the run's (--n_epoch, --batch_size).
-    keep: "best" (the lower full objective of the initial weights and the trained ones; "every_epoch" checks the end
-      of every epoch too, as upstream's Trainer does) or "last" (the weights training ends with).
-    recency: None or True → the weights `recency_fn` gives, applied when the run has --recency (None) or always
-      (True); False → never.
-    prior_weight: the factor of the L2 prior Σ((w − w_init)/σ)² (SIGMA given). For "lbfgs" a callable
-      f(n_targets) may give it (SBD: 2/n_targets).
-    revert_if_worse (lbfgs): back to w_init when the fit ends with a higher objective than it started with.
-    penalty (adam / adamw): None, or a loss term of the weights alone, (value, gradient) = penalty(w) on numpy
-      weights, added beside the prior and scaled like it (the batch's share of targets per step; whole in the
-      full objective): FSRS-7's --sched_penalties (models/fsrs7_penalty.py). Runs on this engine only.
-    """
-
-    optimizer: str = "adam"
-    lr: float = LR
-    betas: tuple = (0.9, 0.999)
-    weight_decay: float = 0.0
-    n_epoch: int | None = None
-    batch_size: int | None = None
-    keep: str = "best"
-    recency: bool | None = None
-    recency_fn: Callable[[int], np.ndarray] = upstream_recency
-    prior_weight: float | Callable[[int], float] = 1.0
-    max_iter: int = 200
-    history_size: int = 20
-    tolerance_grad: float = 1e-7
-    tolerance_change: float = 1e-9
-    revert_if_worse: bool = False
-    seed: int = SEED
-    penalty: Callable[[np.ndarray], tuple[float, np.ndarray]] | None = None
-    extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, values: dict | None) -> "Recipe":
-        values = dict(values or {})
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"RECIPE: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        recipe = cls(**values)
-        if recipe.optimizer not in ("adam", "adamw", "lbfgs"):
-            raise ValueError(f"RECIPE: optimizer {recipe.optimizer!r} is not adam, adamw or lbfgs")
-        if recipe.keep not in ("best", "last", "every_epoch"):
-            raise ValueError(f"RECIPE: keep {recipe.keep!r} is not best, last or every_epoch")
-        return recipe
-
-    def epochs_and_batch(self, cfg) -> tuple[int, int]:
-        """(n_epoch, batch_size): the recipe's own, else the run's (--n_epoch, --batch_size)."""
-        n_epoch = self.n_epoch if self.n_epoch is not None else getattr(cfg, "n_epoch", 5)
-        batch_size = self.batch_size if self.batch_size is not None else getattr(cfg, "batch_size", 512)
-        return int(n_epoch), int(batch_size)
-
-    def row_weights(self, cfg, n_rows: int) -> np.ndarray | None:
-        """The training rows' loss weights (recency_fn over all n_rows, upstream's way: set on the whole training
-        frame before any row is dropped), or None when the recipe / the run has no recency."""
-        use = self.recency if self.recency is not None else bool(getattr(cfg, "recency", False))
-        return np.asarray(self.recency_fn(n_rows), dtype=np.float64) if use else None
+from models.base import ReviewData
+from engine.lbfgs import fit_box
+from engine.recipe import Recipe, upstream_recency  # noqa: F401 (re-exported: the trainers' recipe)
+from engine.seq_engine import Cards, fit_prior, training_cards
 
 
 class _CardBatch:
@@ -461,12 +392,12 @@ def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_v
     the card-major engine and the per-target trainer (engine/own_model.py, --trainer upstream).
 
     loss_grad (optional): Σ weight·BCE and its gradient as float64 numpy, (loss, grad) = loss_grad(w) (the compiled
-    engine's). Then no torch at all: _lbfgs_numpy runs torch's algorithm in numpy (engine/lbfgs.py) on the objective
+    engine's). Then no torch at all: engine/lbfgs.fit_box runs torch's algorithm in numpy (engine/lbfgs.py) on the objective
     and gradient the closure would form, the same trial points to rounding (tests/test_traced.py,
     tests/test_lbfgs.py); torch's optimizer on 0-dim tensors had been ~20% of SBD's fit, more on small users."""
-    lam = recipe.prior_weight(n_targets) if callable(recipe.prior_weight) else float(recipe.prior_weight)
+    lam = recipe.prior_weight_for(n_targets)
     if loss_grad is not None:
-        return _lbfgs_numpy(w0, loss_grad, denom, lam, w_init, inv_var, mask, lower, upper, recipe)
+        return fit_box(w0, loss_grad, denom, lam, w_init, inv_var, mask, lower, upper, recipe)
     as_t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)  # noqa: E731
     inv_var_t, anchor, mask_t, lo, hi = as_t(inv_var), as_t(w_init), as_t(mask), as_t(lower), as_t(upper)
     w = as_t(w0).clone().requires_grad_(True)
@@ -517,48 +448,6 @@ def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_v
     except RuntimeError:
         final = math.nan
     w_fit = np.minimum(np.maximum(w.detach().cpu().numpy().astype(np.float64), lower), upper)
-    if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
-        return np.minimum(np.maximum(np.asarray(w_init, dtype=np.float64), lower), upper)
-    return w_fit
-
-
-def _lbfgs_numpy(w0, loss_grad: Callable, denom: float, lam: float, w_init, inv_var, mask, lower, upper,
-                 recipe: Recipe) -> np.ndarray:
-    """lbfgs_fit with a numpy loss_grad: torch's L-BFGS followed step for step in numpy (engine/lbfgs.py), on the
-    objective and gradient the torch closure forms (the same operations element by element; the prior's 7-term sum
-    in numpy's order). The fit's start and end objectives are the evaluations already made at w0 and at the point
-    it ends on (no extra pass unless the box clip moves that point)."""
-    from engine.lbfgs import minimize
-
-    anchor = np.asarray(w_init, dtype=np.float64)
-    inv_var = np.asarray(inv_var, dtype=np.float64)
-    mask = np.asarray(mask, dtype=np.float64)
-    lam_inv_var = lam * inv_var
-    one_over = 1.0 / denom
-    seen: dict[bytes, float] = {}  # the objective at every evaluated point, before the non-finite rule
-
-    def objective(x):
-        value, grad = loss_grad(x)
-        diff = x - anchor
-        return value / denom + lam * float(np.sum(diff ** 2 * inv_var)), grad, diff
-
-    def fg(x):
-        f, grad, diff = objective(x)
-        seen[x.tobytes()] = f
-        if math.isfinite(f):
-            g = (one_over * np.asarray(grad, dtype=np.float64) + lam_inv_var * (2 * diff)) * mask
-            if np.isfinite(g).all():
-                return f, g
-        return 1e6, np.zeros(len(x))  # a very bad point: the line search backs off
-
-    x0 = np.asarray(w0, dtype=np.float64)
-    x, _ = minimize(fg, x0, lr=recipe.lr, max_iter=recipe.max_iter, history_size=recipe.history_size,
-                    tolerance_grad=recipe.tolerance_grad, tolerance_change=recipe.tolerance_change)
-    start = seen[x0.tobytes()]
-    w_fit = np.minimum(np.maximum(x, lower), upper)
-    final = seen.get(w_fit.tobytes())
-    if final is None:
-        final = objective(w_fit)[0]
     if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
         return np.minimum(np.maximum(np.asarray(w_init, dtype=np.float64), lower), upper)
     return w_fit

@@ -244,3 +244,43 @@ def minimize(fg: Callable[[np.ndarray], tuple[float, np.ndarray]], x0, lr: float
     info["iterations"] = n_iter
     info["evaluations"] = ev.calls
     return x, info
+
+
+def fit_box(w0, loss_grad: Callable, denom: float, lam: float, w_init, inv_var, mask, lower, upper,
+            recipe) -> np.ndarray:
+    """autograd_engine.lbfgs_fit with a numpy loss_grad (the compiled engine's): `minimize` on the objective and
+    gradient the torch closure forms (the same operations element by element; the prior's 7-term sum in numpy's
+    order), then the box clip and the recipe's revert rule. The fit's start and end objectives are the evaluations
+    already made at w0 and at the point it ends on (no extra pass unless the box clip moves that point)."""
+    anchor = np.asarray(w_init, dtype=np.float64)
+    inv_var = np.asarray(inv_var, dtype=np.float64)
+    mask = np.asarray(mask, dtype=np.float64)
+    lam_inv_var = lam * inv_var
+    one_over = 1.0 / denom
+    seen: dict[bytes, float] = {}  # the objective at every evaluated point, before the non-finite rule
+
+    def objective(x):
+        value, grad = loss_grad(x)
+        diff = x - anchor
+        return value / denom + lam * float(np.sum(diff ** 2 * inv_var)), grad, diff
+
+    def fg(x):
+        f, grad, diff = objective(x)
+        seen[x.tobytes()] = f
+        if math.isfinite(f):
+            g = (one_over * np.asarray(grad, dtype=np.float64) + lam_inv_var * (2 * diff)) * mask
+            if np.isfinite(g).all():
+                return f, g
+        return 1e6, np.zeros(len(x))  # a very bad point: the line search backs off
+
+    x0 = np.asarray(w0, dtype=np.float64)
+    x, _ = minimize(fg, x0, lr=recipe.lr, max_iter=recipe.max_iter, history_size=recipe.history_size,
+                    tolerance_grad=recipe.tolerance_grad, tolerance_change=recipe.tolerance_change)
+    start = seen[x0.tobytes()]
+    w_fit = np.minimum(np.maximum(x, lower), upper)
+    final = seen.get(w_fit.tobytes())
+    if final is None:
+        final = objective(w_fit)[0]
+    if recipe.revert_if_worse and (not math.isfinite(final) or final > start):
+        return np.minimum(np.maximum(np.asarray(w_init, dtype=np.float64), lower), upper)
+    return w_fit

@@ -10,7 +10,7 @@ The contract (docs/own-model.md walks through an example). A model file defines,
     PRIOR_WEIGHT = 1.0            # optional factor of that penalty
     ROUND = None                  # optional: trained weights rounded to this many decimals before predicting
     RECIPE = dict(optimizer="adam", lr=4e-2, betas=(0.9, 0.999), weight_decay=0.0, n_epoch=5, batch_size=512,
-                  keep="best", recency=None)   # optional overrides (engine/autograd_engine.Recipe lists them all)
+                  keep="best", recency=None)   # optional overrides (engine/recipe.Recipe lists them all)
 
     def init(w, g, t):          -> tuple of tensors [B]   # state after a card's first review
     def step(w, state, t, g):   -> tuple of tensors [B]   # state after a later review (t days elapsed, grade g)
@@ -89,7 +89,7 @@ def _fn(module: ModuleType, name: str):
 
 def check(module: ModuleType, where: str) -> None:
     """The contract's checks: what is required is there, the vectors have DEFAULT_W's length, the recipe parses."""
-    from engine.autograd_engine import Recipe
+    from engine.recipe import Recipe
 
     w = getattr(module, "DEFAULT_W", None)
     if not isinstance(w, (list, tuple)) or not w or not all(isinstance(x, (int, float)) for x in w):
@@ -143,7 +143,7 @@ class OwnModel(Model):
     autograd = True
 
     def __init__(self, cfg=None):
-        from engine.autograd_engine import AutogradEngine, Recipe
+        from engine.recipe import Recipe
 
         if cfg is None:
             cfg = RunConfig()
@@ -162,6 +162,8 @@ class OwnModel(Model):
         self.n_params = 0 if cfg.default else n
         device = getattr(cfg, "device", "cpu")
         if getattr(cfg, "trainer", "fast") == "upstream" or cfg.default:
+            from engine.autograd_engine import AutogradEngine
+
             self.engine = AutogradEngine(mod, self.lower, self.upper, device=device if device != "cpu" else None)
         else:  # the generated compiled plug-in when the file traces (engine/traced.py), else the autograd engine
             from engine.traced import engine_for
@@ -204,9 +206,7 @@ class OwnModel(Model):
             return self._lbfgs_upstream(funcs, w_init, train)
         sigma = None
         if self.sigma is not None:
-            pw = self.recipe.prior_weight
-            pw = pw(len(train)) if callable(pw) else float(pw)
-            sigma = np.asarray(self.sigma, dtype=np.float64) / math.sqrt(pw)
+            sigma = np.asarray(self.sigma, dtype=np.float64) / math.sqrt(self.recipe.prior_weight_for(len(train)))
         net = TorchSeqNet(funcs, w_init, self.lower, self.upper, w_init=w_init, sigma=sigma, dtype=torch.float64)
         training.train(net, train, self.cfg, lr=self.recipe.lr, dtype=torch.float64)
         return net.w.detach().double().numpy()

@@ -203,7 +203,7 @@ class CompiledOwnEngine:
         """AutogradEngine.fit's meaning (recipe keys over cfg) on the compiled trainer."""
         from types import SimpleNamespace
 
-        from engine.autograd_engine import Recipe
+        from engine.recipe import Recipe
 
         recipe = recipe if isinstance(recipe, Recipe) else Recipe.from_dict(recipe)
         why = recipe_runs_compiled(recipe)
@@ -223,10 +223,10 @@ class CompiledOwnEngine:
 
     def _lbfgs(self, w0, train, run, recipe, weights, w_init, sigma, grad_mask, keep) -> np.ndarray:
         """The autograd engine's full-batch L-BFGS (autograd_engine.lbfgs_fit: torch's algorithm, here followed in
-        numpy by engine/lbfgs.py; the same objective, line search and revert rule), its Σ weight·BCE and gradient
+        numpy by engine/lbfgs.fit_box, without torch; the same objective, line search and revert rule), its Σ weight·BCE and gradient
         from one compiled pass over the cards (over their prefix tree when the plug-in fuses a step and its
         target, as traced plug-ins do: engine/prefix_tree.py)."""
-        from engine.autograd_engine import NumpyLoss, lbfgs_fit
+        from engine.lbfgs import fit_box
         from engine.seq_engine import fit_prior, training_cards
 
         w0 = self.clip(np.asarray(w0, dtype=np.float64))
@@ -250,16 +250,14 @@ class CompiledOwnEngine:
                 return (seq.k.loss_grad_cards(w, seq.opts, *cards.args(), cards.t_y, cards.t_wt, cards.max_n, grad),
                         grad)
 
-        return lbfgs_fit(w0, lambda w: NumpyLoss.apply(w, loss_grad), float(cards.t_wt.sum()), len(cards.t_pos),
-                         centre, inv_var, mask, self.lower, self.upper, recipe, loss_grad=loss_grad)
+        return fit_box(w0, loss_grad, float(cards.t_wt.sum()), recipe.prior_weight_for(len(cards.t_pos)), centre,
+                       inv_var, mask, self.lower, self.upper, recipe)
 
 
 def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast", device=None, label=None):
     """The engine a contract model trains on: the generated plug-in on SeqEngine when the model traces and its
     recipe runs there, else the autograd engine (one stderr line saying why when it did not trace).
     `trainer="autograd"` forces the autograd engine, as does a device other than the CPU."""
-    from engine.autograd_engine import AutogradEngine
-
     if trainer != "autograd" and (device in (None, "cpu")):
         why = recipe_runs_compiled(recipe) if recipe is not None else None
         if why is None:  # a recipe the compiled trainer lacks (AdamW, ...) is a choice: no message for it
@@ -270,6 +268,8 @@ def engine_for(module, lower=None, upper=None, recipe=None, trainer: str = "fast
                 if (name, str(exc)) not in _TOLD:  # once per process
                     _TOLD.add((name, str(exc)))
                     print(f"{name}: trained on the autograd engine ({exc})", file=sys.stderr)
+    from engine.autograd_engine import AutogradEngine  # torch: only when the compiled engine is not taken
+
     return AutogradEngine(module, lower, upper, device=device if device not in (None, "cpu") else None)
 
 

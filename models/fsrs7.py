@@ -89,7 +89,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from config import ACCEPTS_SECS, BUILTIN_FLAGS, RunConfig
 from models.base import InadequateData, Model, ReviewData
@@ -177,6 +176,8 @@ def mixed_curve(t, s, cp):
 
 def init(w, g, t):
     """(S, D) after a card's first review with grade g."""
+    import torch  # when called: a run on the compiled engine never imports torch
+
     s = w[(g.long() - 1).clamp(0, 3)].clamp(S_MIN, S_MAX)
     d = (w[4] - torch.exp(w[5] * (g - 1)) + 1).clamp(1, 10)
     return s, d
@@ -184,6 +185,8 @@ def init(w, g, t):
 
 def _block(w, b, s, d, r, g):
     """One stability block (long-term b = 7, short-term b = 16): the stability after grade g."""
+    import torch  # when called: a run on the compiled engine never imports torch
+
     fail = w[b + 3] * d ** (-w[b + 4]) * ((s + 1) ** w[b + 5] - 1) * torch.exp((1 - r) * w[b + 6])
     pls = torch.minimum(s, fail)
     bonus = torch.where(g == 2, w[b + 7], 1.0) * torch.where(g == 4, w[b + 8], 1.0)
@@ -193,6 +196,8 @@ def _block(w, b, s, d, r, g):
 
 def step(w, state, t, g):
     """(S, D) after a later review: elapsed t (days), grade g. Both blocks read the OLD D."""
+    import torch  # when called: a run on the compiled engine never imports torch
+
     s, d = state
     r = retention(w, s, t)
     c = 1 - w[26] * torch.exp(-w[25] * t)
@@ -411,7 +416,7 @@ def _engine(cfg=None, training: bool = False):
     trainer's single loop cannot call; recipe_runs_compiled says "penalty") and predicts on the compiled one."""
     import sys
 
-    from engine.autograd_engine import Recipe
+    from engine.recipe import Recipe
     from engine.traced import engine_for
 
     chosen = recipe(cfg) if training else RECIPE
@@ -423,7 +428,7 @@ class FSRS7(Model):
     """FSRS-7 and FSRS-7 recency (--recency); --default (0 parameters) and --S0 (S0 + curve search, 12) too."""
 
     name = NAME
-    first_run_seconds = 30  # its first run's compiling (warmup.py), measured in an empty cache
+    first_run_seconds = 30  # a toy run's compiling in an empty cache (warmup.py: the autograd-trained rows; else units)
     autograd = True  # `--trainer autograd` runs the equations on the autograd engine instead of the traced plug-in
     accepts_secs = NAME in ACCEPTS_SECS  # the general --secs feature pipeline: fractional intervals, same-day targets
     # the published mode, always on (no result-name suffix): `other.py --model FSRS-7` = upstream's
@@ -438,6 +443,16 @@ class FSRS7(Model):
         self.cfg = cfg
         self.w = list(DEFAULT_W)
         self.n_params = 0 if cfg.default else (12 if cfg.S0 else len(DEFAULT_W))
+
+    def compile_units(self) -> list:
+        """The generated plug-in's engine units (its lane kernel's parts, the kernel, the engine loops), which a first
+        run compiles side by side (warmup.py); the trainer's only when the row trains (not --default, --S0). A row
+        trained on the autograd engine (--trainer autograd, --sched_penalties) has none: a toy run warms it."""
+        trains = not (self.cfg.default or self.cfg.S0)
+        if getattr(self.cfg, "trainer", "fast") != "fast" or (trains and getattr(self.cfg, "sched_penalties", False)):
+            return []
+        units = getattr(_engine(self.cfg), "compile_units", None)
+        return units(train=trains) if units else []
 
     def fit(self, train: ReviewData) -> "FSRS7":
         if self.cfg.default:

@@ -38,8 +38,9 @@ The row's projection (bench_executors.py project, two paired runs) 4.84 / 4.90 �
 `other.py --model SBD` over the 36 sim36 users, one process, 16.0 → 6.9 CPU-seconds (median of 3 pairs). The
 weights are those of the card loop and torch's optimizer up to rounding (raw weights within 1e-11;
 tests/test_prefix_tree.py, tests/test_lbfgs.py): rounded to 4 decimals, they and the predictions were bit-identical
-on the embedded and six sim36 users (result lines identical). torch is still imported once per process (~2 s):
-this file is traced from its torch functions (engine/traced.py).
+on the embedded and six sim36 users (result lines identical). A run imports no torch (since 29 Nov 2026; it had
+been ~2 s of each process): the functions import it when called, the tracer runs them on engine/torch_standin.py,
+and the L-BFGS is engine/lbfgs.fit_box.
 The lanes of the traced plug-in (engine/traced_lanes.py, issue #19) serve Adam's mini-batches only: this L-BFGS
 runs its passes over the prefix tree with the scalar functions, so SBD's fit is unchanged by them (a lane form of
 the tree would take the nodes of one depth side by side). Not done: a step's grade-independent part (the recall
@@ -56,9 +57,6 @@ the README shows it as "SBD" (evaluate.DISPLAY_NAMES).
 
 import math
 
-import torch
-import torch.nn.functional as F
-
 NAME = "SBD"
 DEFAULT_W = [-2.803101, 1.386926, 1.739235, -1.819954, 0.529839, -0.886052, -1.393709]
 SIGMA = [1.754, 1.2339, 0.5003, 0.546, 0.0989, 1.1685, 0.7778]  # L2 prior widths (upstream's L2_SIGMA)
@@ -72,31 +70,41 @@ R_MIN, R_MAX = 1e-6, 1 - 1e-6
 
 
 def _log(x):
+    import torch  # when called: a run on the compiled engine never imports torch (engine/torch_standin.py traces)
+
     return torch.log(x.clamp(min=1e-9))
 
 
 def _exp(x):
+    import torch
+
     return torch.exp(x.clamp(-30.0, 30.0))
 
 
 def _ends(w):
     """(L', H'): the log stabilities of an Again and an Easy first review (H' >= L'). Upstream takes the cumulative
     max of (L, H); this where is the same value and, like cummax, gives a tie's gradient to H."""
+    import torch
+
     high = torch.where(w[1] >= w[0], w[1], w[0])
     return w[0].clamp(LOG_S_MIN, LOG_S_MAX), high.clamp(LOG_S_MIN, LOG_S_MAX)
 
 
 def _beta(w, n):
+    import torch
+
     return _exp(w[3] + w[4].clamp(min=0.0) * torch.log(_exp(w[6]) + n))
 
 
 def _recall(w, t, log_s, gi, n):
+    import torch
+
     low, high = _ends(w)
     k = w[2].clamp(K_MIN, K_MAX)
     log_age = _log(t.clamp(min=0.0)) / k  # ln t^(1/k)
     log_b = 2 * w[5] / k - gi * (high - low) / 3  # ln(e^(2v/k)·ρ^(−g)), so that ½(log_b + log S) = ln(e^(v/k)ρ^(−g/2)√S)
     log_a = torch.logaddexp(log_age, 0.5 * (log_b + log_s))
-    return _exp(-_beta(w, n) * F.softplus(log_a - log_s)).clamp(R_MIN, R_MAX)  # (1 + a/S)^(−β)
+    return _exp(-_beta(w, n) * torch.nn.functional.softplus(log_a - log_s)).clamp(R_MIN, R_MAX)  # (1 + a/S)^(−β)
 
 
 def init(w, g, t):
@@ -106,6 +114,8 @@ def init(w, g, t):
 
 
 def step(w, state, t, g):
+    import torch
+
     log_s, gi, n = state
     r = g.to(w.dtype).clamp(1.0, 4.0)
     recall = _recall(w, t.clamp(min=0.0), log_s, gi, n)
@@ -119,5 +129,7 @@ def step(w, state, t, g):
 
 
 def curve(w, state, t):
+    import torch
+
     log_s, gi, n = state
     return torch.nan_to_num(_recall(w, t, log_s, gi, n), nan=0.5).clamp(R_MIN, R_MAX)

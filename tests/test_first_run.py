@@ -62,6 +62,41 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path):
     assert _fresh_cache_run(f"PARTS = {PARTS!r}\n" + code, tmp_path) == "[]"
 
 
+def test_fsrs7_units_are_its_generated_engines():
+    """FSRS-7's generated plug-in has units like a package model's (its lane kernel after the two parts, the engine
+    loops), not one toy run; a row trained on the autograd engine keeps the toy run."""
+    labels = [u.label for u in warmup.units(RunConfig(algo="FSRS-7"))]
+    assert [label.split(" traced")[0] for label in labels] == [
+        "lane kernel part", "lane kernel part", "lane kernel", "engine loops of"]
+    assert labels[0].endswith(".group_forward") and labels[1].endswith(".group_reverse")
+    default = [u.label for u in warmup.units(RunConfig(algo="FSRS-7", default=True))]
+    assert len(default) == 1 and default[0].endswith("(predictions)")
+    assert [u.label for u in warmup.units(RunConfig(algo="FSRS-7", trainer="autograd"))] == [
+        "toy run of FSRS-7-autograd-trainer"]
+
+
+def test_fsrs7_after_the_warm_up_compiles_nothing_and_imports_no_torch(tmp_path):
+    """In an empty cache, FSRS-7's units cover what its user needs, and the run never imports torch (its equations
+    traced with engine/torch_standin.py)."""
+    code = textwrap.dedent("""
+        import sys
+        import pipeline, warmup
+        from numba.core import event
+        from config import EMBEDDED_DATA, RunConfig
+        cfg = RunConfig(algo="FSRS-7", processes=2, quiet=True)
+        warmup.warm_up([cfg], processes=2, quiet=True)
+        seen = []
+        class L(event.Listener):
+            def on_start(self, ev): seen.append(ev.data["dispatcher"].py_func.__qualname__)
+            def on_end(self, ev): pass
+        with event.install_listener("numba:compile", L()):
+            outcome = pipeline.evaluate_user(warmup.TOY_USER, cfg, EMBEDDED_DATA)
+        assert outcome.record is not None, outcome
+        print(seen, "torch" in sys.modules)
+    """)
+    assert _fresh_cache_run(code, tmp_path) == "[] False"
+
+
 def _fresh_cache_run(code, tmp_path, *args):
     """`code`'s output, run in a new process with the compiled-code cache in tmp_path."""
     env = dict(os.environ, SRS_BENCH_CACHE=str(tmp_path))
