@@ -761,7 +761,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         elif op in ("add", "sub", "mul", "div"):
             sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
             expr = f"{a[0]} {sym} {a[1]}"
-            if op == "div" and dtype == "f8":
+            if op == "div" and dtype == "f8" and not _float_operand(nodes, args):
                 expr = f"float({a[0]}) / {a[1]}"
         elif op in ("lt", "le", "gt", "ge", "eq", "ne"):
             sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[op]
@@ -803,13 +803,13 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
-            if has_lo:
-                lines.append(f"    v{k} = {a[1]} if {x} < {a[1]} else {x}")
-                x = f"v{k}"
+            if has_lo:  # the lower bound's result its own variable: one assignment each (see _backward_lines)
+                lines.append(f"    {'m' if has_hi else 'v'}{k} = {a[1]} if {x} < {a[1]} else {x}")
+                x = f"m{k}" if has_hi else f"v{k}"
             if has_hi:
                 hi = a[2] if has_lo else a[1]
                 lines.append(f"    v{k} = {hi} if {x} > {hi} else {x}")
-            if dtype == "f8":
+            if dtype == "f8" and not _float_operand(nodes, args):
                 lines.append(f"    v{k} = float(v{k})")
             continue
         elif op == "minimum":
@@ -851,10 +851,18 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             expr = chain
         else:  # pragma: no cover - every op the tracer records is listed above
             raise TraceError(f"no code for op {op}")
-        if dtype == "f8" and op in ("where", "minimum", "maximum", "gather", "add", "sub", "mul", "neg", "abs", "relu"):
+        if dtype == "f8" and op in ("where", "minimum", "maximum", "gather", "add", "sub", "mul", "neg", "abs", "relu") \
+                and not _float_operand(nodes, args[1:] if op in ("where", "gather") else args):
             expr = f"float({expr})"
         lines.append(f"    v{k} = {expr}")
     return lines
+
+
+def _float_operand(nodes, args) -> bool:
+    """Whether a float64 node is among `args`: then numba's arithmetic and its unification of a conditional's two
+    sides make the result a float64 already, and a float() around it is one more call for numba to type (~120 in
+    FSRS-6's lanes). Where every operand is an integer or a boolean, float() keeps the float64 that torch gives."""
+    return any(nodes[j][3] == "f8" for j in args)
 
 
 def _active(nodes, order, leaves=()) -> set[int]:
@@ -886,22 +894,22 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         lines.append(_flag(f"({cond}) or {y} == 0"))
         return f"({v} / {x} if ({cond}) else math.nan)"
 
-    for k in sorted(act):
-        lines.append(f"    a{k} = 0.0")
-    for k, exprs in seeds.items():
-        if k in act:
-            for e in exprs:
-                lines.append(f"    a{k} += {e}")
+    # Each adjoint is assigned once, as the sum of its contributions when its node is reached (all of them come
+    # from later nodes, reached before it): 0.0 + (c1) + (c2) ... is what a{k} = 0.0; a{k} += c1; ... computed, bit
+    # for bit, but numba's SSA pass rebuilds every variable assigned more than once over all of a function's
+    # blocks (one per side of each conditional), which had been ~30% of compiling FSRS-6's reverse lane pass.
+    pending: dict[int, list[str]] = {k: list(seeds.get(k, ())) for k in act}
     for k in reversed(order):
         if k not in act:
             continue
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
         g = f"a{k}"
+        lines.append(f"    {g} = " + " + ".join(["0.0"] + [f"({e})" for e in pending.pop(k)]))
 
         def add(j, expr):
             if j in act:
-                lines.append(f"    a{j} += {expr}")
+                pending[j].append(expr)  # (a KeyError here: an adjoint added to after its node was reached)
 
         if ("node", k) in sink:  # a hoisted value read from wc: its adjoint goes to gwc
             lines.append("    " + sink[("node", k)].format(g))
@@ -996,12 +1004,8 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         elif op == "cast":
             add(args[0], g)
         elif op == "gather":
-            for i, j in enumerate(args[1:]):
-                if j in act and lanes:  # a select, not a branch
-                    lines.append(f"    a{j} += {g} if j{k} == {i} else 0.0")
-                elif j in act:
-                    lines.append(f"    if j{k} == {i}:")
-                    lines.append(f"        a{j} += {g}")
+            for i, j in enumerate(args[1:]):  # adding (g or 0.0) to a sum that began at +0.0: as `if`, bit for bit
+                add(j, f"{g} if j{k} == {i} else 0.0")
         else:  # pragma: no cover
             raise TraceError(f"no derivative for op {op}")
     return lines
