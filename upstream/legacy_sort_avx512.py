@@ -46,8 +46,11 @@ P_SWAP4 = np.array([4, 5, 6, 7, 0, 1, 2, 3], dtype=np.int64)
 def _cmp_merge(k, ix, lane_map, max_mask):
     """One network layer within a vector: lane l meets lane lane_map[l] and keeps the max where bit l of max_mask is
     set, else the min; its index stays unless its key changed."""
-    k2 = k[lane_map]
-    i2 = ix[lane_map]
+    k2 = np.empty(LANES, dtype=k.dtype)
+    i2 = np.empty(LANES, dtype=ix.dtype)
+    for lane in range(LANES):
+        k2[lane] = k[lane_map[lane]]
+        i2[lane] = ix[lane_map[lane]]
     for lane in range(LANES):
         new = max(k[lane], k2[lane]) if (max_mask >> lane) & 1 else min(k[lane], k2[lane])
         if new != k[lane]:
@@ -84,8 +87,12 @@ def _coex(k, ix, a, b):
 
 @njit(cache=True)
 def _reverse(k, ix, r):
-    k[r] = k[r][P_REV]
-    ix[r] = ix[r][P_REV]
+    """Vector r's lanes reversed (the P_REV permute), swapped in place: no fancy index or row copy, whose shape
+    checks and their error messages were ~3 s of a first run's compiling."""
+    for lane in range(LANES // 2):
+        o = LANES - 1 - lane
+        k[r, lane], k[r, o] = k[r, o], k[r, lane]
+        ix[r, lane], ix[r, o] = ix[r, o], ix[r, lane]
 
 
 @njit(cache=True)
@@ -119,8 +126,10 @@ def _network_sort(key, arg, lo, n, k_work, ix_work):
         regs *= 2
     k = k_work[:regs]
     ix = ix_work[:regs]
-    k[:] = KEY_PAD
-    ix[:] = 0
+    for r in range(regs):
+        for lane in range(LANES):
+            k[r, lane] = KEY_PAD
+            ix[r, lane] = 0
     for p in range(n):
         ix[p // LANES, p % LANES] = arg[lo + p]
         k[p // LANES, p % LANES] = key[arg[lo + p]]
@@ -201,9 +210,13 @@ def _pivot(key, arg, left, right):
     """The 5th smallest of the keys at arg[left + k·size], k = 1..8, size = (right − left) // 8 (right inclusive)."""
     size = (right - left) // 8
     sample = np.empty(8, dtype=np.int64)
-    for k in range(8):
-        sample[k] = key[arg[left + (k + 1) * size]]
-    sample.sort()
+    for k in range(8):  # insertion sort of the 8 values (numba's .sort() cost ~2 s of a first run's compiling)
+        v = key[arg[left + (k + 1) * size]]
+        j = k
+        while j > 0 and sample[j - 1] > v:
+            sample[j] = sample[j - 1]
+            j -= 1
+        sample[j] = v
     return sample[4]
 
 
@@ -287,7 +300,9 @@ def _std_sort(key, arg, first, last):
     depth = 2 * _floor_log2(last - first)
     stack = np.empty((2 * 64 + 8, 3), dtype=np.int64)
     sp = 0
-    stack[sp] = (first, last, depth)
+    stack[sp, 0] = first
+    stack[sp, 1] = last
+    stack[sp, 2] = depth
     sp += 1
     while sp > 0:  # __introsort_loop: the right part "recursed", the left part looped
         sp -= 1
@@ -309,7 +324,9 @@ def _std_sort(key, arg, first, last):
                     break
                 arg[f], arg[la] = arg[la], arg[f]
                 f += 1
-            stack[sp] = (f, hi, depth)
+            stack[sp, 0] = f
+            stack[sp, 1] = hi
+            stack[sp, 2] = depth
             sp += 1
             hi = f
     # __final_insertion_sort
@@ -345,7 +362,9 @@ def _argsort(key, net_limit):
     ix_work = np.empty((net_limit // LANES, LANES), dtype=np.int64)
     stack = np.empty((4 * 64 + 8, 3), dtype=np.int64)
     sp = 0
-    stack[sp] = (0, n - 1, 2 * _floor_log2(n))
+    stack[sp, 0] = 0
+    stack[sp, 1] = n - 1
+    stack[sp, 2] = 2 * _floor_log2(n)
     sp += 1
     while sp > 0:
         sp -= 1
@@ -365,10 +384,14 @@ def _argsort(key, net_limit):
         unroll = 1 if right + 1 - left <= 8 * UNROLL * LANES else UNROLL
         split = _partition(key, arg, left, right + 1, pivot, unroll)
         if pivot != biggest:
-            stack[sp] = (split, right, iters - 1)
+            stack[sp, 0] = split
+            stack[sp, 1] = right
+            stack[sp, 2] = iters - 1
             sp += 1
         if pivot != smallest:
-            stack[sp] = (left, split - 1, iters - 1)
+            stack[sp, 0] = left
+            stack[sp, 1] = split - 1
+            stack[sp, 2] = iters - 1
             sp += 1
     return arg
 
