@@ -179,7 +179,8 @@ WC_INV_H = 6  # 1/h
 def precompute(w, opts):
     """wc = [a, c, s, τ, h, ln(86400·h), 1/h]: once per batch instead of a log per activation."""
     wc = np.empty(N_W + 2)
-    wc[:N_W] = w
+    for i in range(N_W):  # a loop: a slice assignment's shape check compiles numba's error message (~3 s)
+        wc[i] = w[i]
     wc[WC_LOG_DAY_H] = math.log(SECONDS_PER_DAY * w[4])
     wc[WC_INV_H] = 1.0 / w[4]
     return wc

@@ -342,7 +342,8 @@ def _backward_units(units, xs, A, base, h0, w_hh, hs, gates, gout, gw_ih, gw_hh,
         dh, dprev = dprev, dh  # (slots not yet running stay zero in both)
     _weight_grads(units, ZEROS_2, d, S, xa, hp, gw_ih, gw_hh, gb_ih, gb_hh)
     if len(gh0):
-        gh0[:] = dh
+        for i in range(len(gh0)):  # a loop: a slice assignment's shape check compiles numba's error message (~3 s)
+            gh0[i] = dh[i]
 
 
 @njit(cache=True)
