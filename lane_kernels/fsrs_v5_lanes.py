@@ -53,6 +53,7 @@ from engine.jit import inlined
 from engine.kernel_math import stable_argsort_small
 from engine.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from engine.vec_math import exp1, log1, log1p1
+from lane_kernels.fsrs_shared import difficulty_adjoint, first_review_adjoint
 
 # Row k of the work array X[k, field, lane] (allocated inside the kernel, as FSRS-6's, so that LLVM sees its
 # constant strides): rows 0..3 the packed inputs (engine/lanes.py), then the state after position k and what its
@@ -197,16 +198,7 @@ def group_reverse(w, X, A, n_pos, nl, decay, e8):
             dd = X[k - 1, F_D, lane]
             t = X[k, I_DT, lane]
             g = X[k, I_G, lane]
-            # difficulty
-            ndp = dd - w6 * (g - 3.0) * (10.0 - dd) / 9.0
-            nd = w7 * d04 + (1.0 - w7) * ndp
-            gdm = gd if (nd >= 1.0 and nd <= 10.0) else 0.0
-            gndp = gdm * (1.0 - w7)
-            A[7, lane] += gdm * (d04 - ndp)
-            A[4, lane] += gdm * w7
-            A[5, lane] += gdm * w7 * (-3.0 * e3)
-            A[6, lane] += gndp * (-(g - 3.0) * (10.0 - dd) / 9.0)
-            gd_old = gndp * (1.0 + w6 * (g - 3.0) / 9.0)
+            gd_old = difficulty_adjoint(A, lane, gd, g, dd, w4, w6, w7, d04, e3)
             # stability: each branch's adjoint, weighted 0 where it does not apply
             same = t < 1.0
             recall = g > 1.5
@@ -254,20 +246,8 @@ def group_reverse(w, X, A, n_pos, nl, decay, e8):
             A[J_GS, lane] = gs_old + _target_adjoint(X, k, lane, decay)
             A[J_GD, lane] = gd_old
     for lane in range(nl):  # the first review
-        gs = A[J_GS, lane]
-        gd = A[J_GD, lane]
-        g = X[0, I_G, lane]
-        s0 = grade_pick(g, w0, w1, w2, w3)
-        gs0 = gs if (s0 >= s_min and s0 <= S_MAX) else 0.0
-        A[0, lane] += gs0 if g < 1.5 else 0.0
-        A[1, lane] += gs0 if (g > 1.5 and g < 2.5) else 0.0
-        A[2, lane] += gs0 if (g > 2.5 and g < 3.5) else 0.0
-        A[3, lane] += gs0 if g > 3.5 else 0.0
-        e = X[0, F_PW, lane]
-        d0 = w4 - e + 1.0
-        gd0 = gd if (d0 >= 1.0 and d0 <= 10.0) else 0.0
-        A[4, lane] += gd0
-        A[5, lane] += gd0 * (-(g - 1.0) * e)
+        first_review_adjoint(A, lane, A[J_GS, lane], A[J_GD, lane], X[0, I_G, lane], w0, w1, w2, w3, w4, s_min,
+                             S_MAX, X[0, F_PW, lane])
 
 
 # The entry point (the engine's contract, engine/seq_model_stub.py: Σ weight·BCE over the work items `batch`, its
