@@ -1,6 +1,7 @@
 """Shared by the lane-kernel tests: the code a lanes_loss_grad compiles to, checked for AVX2 or AVX-512 vectors; a
 copy of a plug-in without its lanes; a lane gradient against central differences of the lane loss; a hand lane
-kernel against the one generated from its module's torch equations."""
+kernel against the one generated from its module's torch equations; the loss-only and gradient-only calls; a fit
+on the lanes against the same fit card by card."""
 
 from __future__ import annotations
 
@@ -130,3 +131,28 @@ def assert_hand_lanes_equal_generated(row: str, data, changes: dict | None = Non
     assert sys.modules[generated].LANE_KERNELS != sys.modules[hand].LANE_KERNELS
     assert math.isfinite(lh) and abs(lg - lh) <= 1e-12 * abs(lh)
     assert np.abs(gg - gh).max() <= grad_tol * np.abs(gh).max()
+
+
+def assert_loss_only_and_gradient_only(loss_grad) -> None:
+    """loss_grad(want_loss, want_grad) -> (loss, gradient) of one lane kernel on one batch: the loss alone is the
+    same loss and adds nothing to the gradient; the gradient alone is the same gradient and reports a loss of 0."""
+    loss, grad = loss_grad(True, True)
+    loss_only, untouched = loss_grad(True, False)
+    no_loss, grad_only = loss_grad(False, True)
+    assert loss_only == loss and no_loss == 0.0
+    np.testing.assert_array_equal(grad_only, grad)
+    assert not untouched.any()
+
+
+def assert_lane_fit_follows_scalar_fit(plugin: str, without: str, cls, data, opts) -> None:
+    """The engine's Adam on the plug-in's lanes and on `without` (a copy of it without LANE_KERNELS: card by card)
+    from the class's default weights (its prior when it has `sigma`): the same weights up to the rounding of the
+    gradient sums (mini-batches summed in another order)."""
+    from engine.seq_engine import SeqEngine
+
+    w0 = np.array(cls.default_w, dtype=np.float64)
+    sigma = getattr(cls, "sigma", None)
+    lanes = SeqEngine(plugin, cls.lower, cls.upper, opts=opts).fit(w0, data, None, w_init=w0, sigma=sigma)
+    scalar = SeqEngine(without, cls.lower, cls.upper, opts=opts).fit(w0, data, None, w_init=w0, sigma=sigma)
+    assert not np.array_equal(lanes, w0)
+    np.testing.assert_allclose(lanes, scalar, rtol=1e-9, atol=1e-12)

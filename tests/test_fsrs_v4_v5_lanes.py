@@ -18,10 +18,11 @@ from models.fsrs_v4 import FSRSv4
 from models.fsrs_v45 import FSRS45
 from models.fsrs_v5 import FSRS5
 from engine.lanes import card_items, kernel_address
-from engine.seq_engine import Cards, SeqEngine, instantiate, lane_kernel
+from engine.seq_engine import Cards, instantiate, lane_kernel
 from tests.test_fsrs6_fast import random_data
 import lane_code
-from lane_code import (assert_gradient_is_central_differences, assert_hand_lanes_equal_generated, fresh_compile,
+from lane_code import (assert_gradient_is_central_differences, assert_hand_lanes_equal_generated,
+                       assert_lane_fit_follows_scalar_fit, assert_loss_only_and_gradient_only, fresh_compile,
                        model_plugin, plugin_lanes, scalar_plugin)
 
 MODELS = {"FSRSv4": FSRSv4, "FSRS-4.5": FSRS45, "FSRS-5": FSRS5}
@@ -246,14 +247,8 @@ def test_lanes_gradient_vs_central_differences(name):
 
 
 def test_lanes_loss_only_and_gradient_only():
-    data = random_data(3, n_cards=12)
-    w = np.array(FSRS5.default_w)
-    loss, grad = lane_loss_grad("FSRS-5", w, data)
-    loss_only, untouched = lane_loss_grad("FSRS-5", w, data, want_grad=False)
-    no_loss, grad_only = lane_loss_grad("FSRS-5", w, data, want_loss=False)
-    assert loss_only == loss and no_loss == 0.0
-    np.testing.assert_array_equal(grad_only, grad)
-    assert not untouched.any()
+    data, w = random_data(3, n_cards=12), np.array(FSRS5.default_w)
+    assert_loss_only_and_gradient_only(lambda wl, wg: lane_loss_grad("FSRS-5", w, data, want_loss=wl, want_grad=wg))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -269,16 +264,10 @@ def test_fit_with_lanes_follows_the_scalar_fit(name, tmp_path, monkeypatch):
     from bench.simulate import simulate_user
     from features import FeatureConfig, build_features
 
-    cls = _cls(name)
     without = scalar_plugin(tmp_path, monkeypatch, plugin(name), f"scalar_plugin_{name.replace('-', '').replace('.', '')}",
                             "N_ADJ, N_STATE, precompute, precompute_vjp")
     data = build_features(simulate_user(3000, seed=4), FeatureConfig(short=name == "FSRS-5"))
-    w0 = np.array(cls.default_w, dtype=np.float64)
-    sigma = getattr(cls, "sigma", None)
-    lanes = SeqEngine(plugin(name), cls.lower, cls.upper, opts=DAY).fit(w0, data, None, w_init=w0, sigma=sigma)
-    scalar = SeqEngine(without, cls.lower, cls.upper, opts=DAY).fit(w0, data, None, w_init=w0, sigma=sigma)
-    assert not np.array_equal(lanes, w0)
-    np.testing.assert_allclose(lanes, scalar, rtol=1e-9, atol=1e-12)
+    assert_lane_fit_follows_scalar_fit(plugin(name), without, _cls(name), data, DAY)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
