@@ -91,8 +91,8 @@ written with a handful of torch ops, so it can be read as an expression graph an
    without tracing.
 6. Tracing without torch: when torch is not imported yet, the functions are traced with engine/torch_standin.py as
    their `import torch` (the same __torch_function__ calls, so the same graph: tests/test_torch_standin.py holds the
-   generated sources byte-identical), so a first run of FSRS v1-v4.5 never imports torch (~1.5 s); a function that
-   needs more of torch than the stand-in has is traced again with torch itself.
+   generated sources byte-identical), so a run of FSRS v1-v4.5, FSRS-7 or SBD never imports torch (~1.5 s); a
+   function that needs more of torch than the stand-in has is traced again with torch itself.
 
 `compile_module(module)` gives the plug-in's module name (or raises TraceError); `CompiledOwnEngine` runs a model
 file's RECIPE on SeqEngine with the autograd engine's API (fit / predict / loss_and_grad / clip). The tracer and the
