@@ -1382,7 +1382,8 @@ def lstm_cards_loss(model, layout, cards, theta, want, grad, p_out):
         bs, off, tr = plans[b][0], plans[b][1], plans[b][3]
         n_max, t_max = max(n_max, off[len(bs)]), max(t_max, len(tr))
     th = np.empty(len(theta), dtype=np.asarray(model[4]).dtype)  # the network's weights in its dtype
-    th[:] = theta
+    for i in range(len(theta)):  # a loop: a slice assignment's shape check compiles numba's error message (~3 s)
+        th[i] = theta[i]
     ws = workspace(n_max, th.dtype, t_max)
     g = grad if want else np.zeros(N_PARAMS)  # unused without `want`: chunk_loss's views need a full vector
     gc = chunk_grad(g, th)
