@@ -16,7 +16,12 @@ about 6 ns and 27 ns per call, and a GRU step needs 2H exp and H tanh: once the 
 cards per instruction (neural/gru_kernels.py), these calls were ~75% of its forward pass. Here the same functions
 are a Cody–Waite range reduction x = k·ln2 + r (|r| ≤ ln2/2), a degree-13 Taylor polynomial for e^r − 1 and the
 scale 2^k built in the exponent bits, branch-free: ~3 ns a value in a vectorised loop on this (shared) machine.
-`exp1`, `sigmoid1` and `tanh1` are inlined into the caller's loop; `*_vec` run them over an array. A loop vectorises
+`exp1`, `sigmoid1` and `tanh1` are inlined into the caller's loop; `*_vec` run them over an array. They, `log1` and
+`log1p1` are inlined by LLVM (`inlined(llvm=True)`, engine/jit.py): compiled once per caller's flags and inlined
+into its machine code, rather than copied by numba into every call site. A generated lane kernel calls them ~12
+times, and each copy had been numba work: FSRS-6's generated kernel 6.6 → 5.0 s to compile, FSRS-7's cold run
+10.3 → 8.3 s; the same results to the bit (every row's result lines) and the same kernel speed (29 Nov 2026; the
+Transformer's and the GRU's reassociating kernels still copy them, engine/jit.LLVM_INLINE_FLAGS). A loop vectorises
 only when LLVM can prove at run time that what it writes does not overlap what it reads: write the results to
 another array than the arguments (in place, the loop runs scalar, ~2× slower).
 
@@ -103,20 +108,20 @@ def _expm1_parts(v):
     return p * r, _as_float((k1 + 1023) << 52), _as_float((k2 + 1023) << 52)
 
 
-@inlined
+@inlined(llvm=True)
 def exp1(v):
     """exp(v) (within 1 ulp of the C library's), as arithmetic that vectorises inside a loop."""
     q, s1, s2 = _expm1_parts(v)
     return (1.0 + q) * s1 * s2
 
 
-@inlined
+@inlined(llvm=True)
 def sigmoid1(v):
     """1 / (1 + exp(−v)), torch's sigmoid as the GRU's gates compute it."""
     return 1.0 / (1.0 + exp1(-v))
 
 
-@inlined
+@inlined(llvm=True)
 def tanh1(v):
     """tanh(v) = e / (e + 2) with e = expm1(2v) (accurate near 0 too); |v| > 25 gives ±1 exactly, as tanh does in
     double."""
@@ -351,7 +356,7 @@ def _log_core(x):
     return s * (hfsq + (t2 + t1)) + k * _LN2_LO - hfsq + f + k * _LN2_HI
 
 
-@inlined(error_model="numpy")
+@inlined(error_model="numpy", llvm=True)
 def log1(x):
     """ln x within 1 ulp of the C library's, as arithmetic that vectorises inside a loop (numba calls libm's log
     one value at a time). Edges as libm: log(0) = −inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN."""
@@ -363,7 +368,7 @@ def log1(x):
     return x if x == math.inf else math.nan
 
 
-@inlined(error_model="numpy")
+@inlined(error_model="numpy", llvm=True)
 def log1p1(x):
     """ln(1 + x) to within a few ulp for any x > −1 (vectorisable, as log1): u = 1 + x rounded, then
     ln(1 + x) = ln u + c/u with c = (1 + x) − u recovered exactly (Sterbenz: x − (u − 1) while u < 2, else
