@@ -61,7 +61,9 @@ embedded data set were identical. But `python script.py` from an empty cache too
 6.0 / 5.9 s with these hand kernels (3 pairs, 2 processes, 29 Nov 2026; CPU 11.8 against 9.4 s). Per compile unit,
 one process (generated against hand): the lane kernel's forward part 2.75 against 1.95 s, its reverse part 2.44
 against 1.11 s, the kernel 2.27 against 1.79 s, the engine loops 3.7 against 3.1 s. The generated straight-line
-code is longer (599 lines against 323 here), and numba's front end costs about in proportion. FSRS-6 is the model of
+code is longer (599 lines against 323 here), and numba's front end costs about in proportion. After the same day's
+changes to the generator (each adjoint assigned once) and to vec_math (exp1 / log1 inlined by LLVM), the gap is
+smaller: 5.56 / 5.65 / 5.65 s against 5.15 / 5.15 / 5.28 s, CPU 9.0 against 7.7 s (3 pairs). FSRS-6 is the model of
 every first run (`script.py`, report.py), whose cold start the first-run issue measures. Next: generated code that
 compiles as fast as this kernel; then FSRS-6's equations move beside its class.
 """
