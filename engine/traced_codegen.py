@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import traceback
 
@@ -1027,8 +1028,28 @@ N_W = {n_w}
 _JIT = '@njit(cache=True, error_model="numpy")'
 
 
+_DEFINITION = re.compile(r"^\s+([vmlej]\d+) = (.*)$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def prune_dead(lines: list[str]) -> list[str]:
+    """`lines` without the definitions of values nothing after them reads: a VJP recomputes its forward pass, and
+    the values only the forward's outputs needed (a new state whose clamp the reverse pass reads through its input,
+    a where's result whose branches are stashed) would otherwise be compiled again, conditionals and all. Every
+    definition is a pure expression, so dropping an unread one changes nothing else."""
+    used: set[str] = set()
+    kept = []
+    for line in reversed(lines):
+        m = _DEFINITION.match(line)
+        if m and m.group(1) not in used:
+            continue
+        used.update(_NAME.findall(m.group(2) if m else line))
+        kept.append(line)
+    return kept[::-1]
+
+
 def _function(name: str, params: str, body: list[str]) -> str:
-    return f"\n\n{_JIT}\ndef {name}({params}):\n" + "\n".join(body or ["    pass"]) + "\n"
+    return f"\n\n{_JIT}\ndef {name}({params}):\n" + "\n".join(prune_dead(body) or ["    pass"]) + "\n"
 
 
 # ops whose value costs a libm call: init and step keep theirs in the state for their VJPs

@@ -251,3 +251,16 @@ def test_an_untaken_side_that_overflows_refuses_the_batch():
     gwc = np.full(len(sys.modules[plugin].precompute(w, np.zeros(0))), 7.0)
     loss, _, gwc = lane_loss_grad(plugin, w, data, gwc=gwc)
     assert math.isnan(loss) and np.all(gwc == 7.0)
+
+
+def test_prune_dead_drops_only_definitions_nothing_reads():
+    """A generated body keeps every store and flag and each value they read, directly or through other values; the
+    definitions of values nothing reads go (a clamp's two lines together). (A body left empty is written as
+    `pass`: the HLR example's lane reverse of init, tests/test_traced.py.)"""
+    from engine.traced_codegen import prune_dead
+
+    body = ["    v1 = X[k, 0, lane]", "    m2 = 0.0 if v1 < 0.0 else v1", "    v2 = 1.0 if m2 > 1.0 else m2",
+            "    v3 = v1 * 2.0", "    e4 = exp1(v3)", "    nbad += 0 if v1 > 0.0 else 1", "    a5 = 0.0 + (e4)",
+            "    A[0, lane] += a5"]
+    assert prune_dead(body) == [body[0], body[3], body[4], body[5], body[6], body[7]]
+    assert prune_dead(["    v1 = w[0]", "    v2 = v1 + 1.0"]) == []
