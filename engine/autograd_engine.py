@@ -392,8 +392,8 @@ def lbfgs_fit(w0, bce_sum: Callable, denom: float, n_targets: int, w_init, inv_v
     the card-major engine and the per-target trainer (engine/own_model.py, --trainer upstream).
 
     loss_grad (optional): Σ weight·BCE and its gradient as float64 numpy, (loss, grad) = loss_grad(w) (the compiled
-    engine's). Then no torch at all: engine/lbfgs.fit_box runs torch's algorithm in numpy (engine/lbfgs.py) on the objective
-    and gradient the closure would form, the same trial points to rounding (tests/test_traced.py,
+    engine's). Then no torch at all: engine/lbfgs.fit_box runs torch's algorithm in numpy on the objective and
+    gradient the closure would form, the same trial points to rounding (tests/test_traced.py,
     tests/test_lbfgs.py); torch's optimizer on 0-dim tensors had been ~20% of SBD's fit, more on small users."""
     lam = recipe.prior_weight_for(n_targets)
     if loss_grad is not None:

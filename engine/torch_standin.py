@@ -4,10 +4,11 @@ so that a first run traces a package model without importing torch (~1.5 s, more
 Why it can be this small: the tracer's proxies already receive every torch function through torch's own dispatch
 protocol (`__torch_function__`, which torch calls for an argument that defines it). Each function here does that
 call itself, with a stand-in function of the same name, so a proxy records exactly the node that torch would have
-handed it. What is here: the functions the tracer handles, `torch.tensor` of a list of numbers (a constant table,
-FSRS v1's 0.25·2^(G−1)), the dtypes, `no_grad` and `device`. A name that is not here (or a function called with no
-traced operand) raises; the tracer then imports torch and traces with torch itself, so a model never depends on this
-module's coverage. tests/test_torch_standin.py holds the stand-in's generated sources byte-identical to torch's.
+handed it. What is here: every other name as such a function (`__getattr__`: which ones trace is the tracer's
+business), `torch.tensor` of a list of numbers (a constant table, FSRS v1's 0.25·2^(G−1)), the dtypes, `no_grad`
+and `device`. What the stand-in cannot do (a tensor of anything but numbers, a function called with no traced
+operand, a constant such as torch.pi) raises; the tracer then imports torch and traces with torch itself, so a
+model never depends on this module's coverage. tests/test_torch_standin.py holds the stand-in's generated sources byte-identical to torch's.
 
 `standing_in()` puts it in sys.modules["torch"] while a trace runs, so that the `import torch` inside a model's
 functions (models/fsrs_v4.py: a default run does not import torch) finds it; only when torch is not imported yet,
@@ -111,17 +112,23 @@ def _named(name: str):
     return op
 
 
-# the torch functions engine/traced_codegen._torch_function handles
-for _name in ("exp", "log", "log1p", "sqrt", "sigmoid", "tanh", "abs", "neg", "negative", "add", "sub", "subtract",
-              "mul", "multiply", "div", "true_divide", "divide", "pow", "clamp", "clip", "clamp_min", "clamp_max",
-              "minimum", "maximum", "where", "relu", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
-              "zeros_like", "ones_like", "full_like", "clone", "logaddexp", "nan_to_num",
-              "lt", "le", "gt", "ge", "eq", "ne"):
-    globals()[_name] = _named(_name)
-del _name
+def __getattr__(name: str):
+    """torch.<name> for any function name: a stand-in that hands the call to its traced operand, so that which
+    functions trace is decided in one place, engine/traced_codegen._torch_function (one it does not handle raises
+    a TraceError there, as with torch itself)."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    return _named(name)
 
-nn = types.SimpleNamespace(functional=types.SimpleNamespace(
-    softplus=_named("softplus"), relu=globals()["relu"], sigmoid=globals()["sigmoid"]))
+
+class _Functions:
+    """torch.nn.functional, the same way (softplus, relu, sigmoid, ...)."""
+
+    def __getattr__(self, name: str):
+        return __getattr__(name)
+
+
+nn = types.SimpleNamespace(functional=_Functions())
 no_grad = nullcontext
 Size = tuple
 

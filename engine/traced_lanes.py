@@ -149,9 +149,16 @@ def _indent(lines: list[str], n: int) -> list[str]:
     return [" " * n + ln for ln in lines]
 
 
+def _body(lines: list[str], n: int) -> list[str]:
+    """A loop's body: `lines` without what nothing reads (traced_codegen.prune_dead), indented n more."""
+    from engine.traced_codegen import prune_dead
+
+    return _indent(prune_dead(lines) or ["    pass"], n)
+
+
 def generate_lanes(traces: dict, source: str = "a model file") -> str:
     """The lane module's Python source for a model's traces (traced.trace_model)."""
-    from engine.traced_codegen import _active, _backward_lines, _forward_lines, _plan, hoisted_of, prune_dead
+    from engine.traced_codegen import _active, _backward_lines, _forward_lines, _plan, hoisted_of
 
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
@@ -188,8 +195,8 @@ def generate_lanes(traces: dict, source: str = "a model file") -> str:
     fwd = ["def group_forward(w, X, A, n_pos, nl):",
            '    """States, P(recall) and the stashed values of the group\'s positions 0..n_pos−1."""']
     fwd += list(dict.fromkeys(w0 + w1))
-    fwd += ["    nbad = 0", "    for lane in range(nl):"] + _indent(prune_dead(body0) or ["    pass"], 4)
-    fwd += ["    for k in range(1, n_pos):", "        for lane in range(nl):"] + _indent(prune_dead(body1) or ["    pass"], 8)
+    fwd += ["    nbad = 0", "    for lane in range(nl):"] + _body(body0, 4)
+    fwd += ["    for k in range(1, n_pos):", "        for lane in range(nl):"] + _body(body1, 8)
     fwd += ["    A[J_BAD, 0] += nbad"]
 
     # reverse: positions n_pos−1 .. 1 (a forward range: a step of −1 kept the lane loops scalar), then init
@@ -217,8 +224,8 @@ def generate_lanes(traces: dict, source: str = "a model file") -> str:
     rev += ["    for lane in range(nl):  # nothing reads the last position's state"]
     rev += [f"        A[J_G + {i}, lane] = 0.0" for i in range(n_state)]
     rev += ["    for kk in range(n_pos - 1):", "        k = n_pos - 1 - kk", "        for lane in range(nl):"]
-    rev += _indent(prune_dead(rbody1) or ["    pass"], 8)
-    rev += ["    for lane in range(nl):"] + _indent(prune_dead(rbody0) or ["    pass"], 4) + ["    A[J_BAD, 0] += nbad"]
+    rev += _body(rbody1, 8)
+    rev += ["    for lane in range(nl):"] + _body(rbody0, 4) + ["    A[J_BAD, 0] += nbad"]
 
     head = _HEADER.format(source=source, n_wc=n_wc, n_state=n_state, f_s=F_S, f_p=f_p, f_k=f_k, n_row=n_row)
     return (head + _DRIVER + f"\n\n{_JIT}\n" + "\n".join(fwd) + "\n\n\n" + f"{_JIT}\n" + "\n".join(rev) + "\n"
