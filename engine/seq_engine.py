@@ -527,17 +527,20 @@ class SeqEngine:
         units = []
         if train and self.lane_kernels:
             units += lane_units(self.lane_kernels, name)
-        units.append(Unit(f"engine loops of {name}" + ("" if train else " (predictions)"), 3.5 if train else 1.5,
-                          partial(self._compile_loops, train)))
+        units.append(Unit(f"engine predictions of {name}", 1.5, self._compile_predictions))
+        if train:
+            units.append(Unit(f"engine trainer of {name}", 2.5, self._compile_trainer))
         return units
 
-    def _compile_loops(self, train: bool = True) -> None:
-        """Compile (or load) adam_fit and the predictions' kernels for the types a fit passes them, on a toy set."""
+    def _compile_predictions(self) -> None:
+        """Compile (or load) the predictions' kernels for the types a run passes them, on a toy set."""
+        self.predict(self.clip(np.zeros(len(self.lower))), toy_data())
+
+    def _compile_trainer(self) -> None:
+        """Compile (or load) adam_fit for the types a fit passes it, on a toy set: a unit apart from the
+        predictions', so that a first run's two workers compile them side by side."""
         data = toy_data()
         w0 = self.clip(np.zeros(len(self.lower)))
-        self.predict(w0, data)
-        if not train:
-            return
         args = self._adam_args(w0, data, None, w0, None, None, None, LR, (0.9, 0.999), SEED, False, "cards", "stable",
                                False, None, 1.0, False)
         self.k.adam_fit.compile(tuple(typeof(a) for a in args + (0,)))  # the lane kernel: an address (lane_kernel)

@@ -445,7 +445,7 @@ class FSRS7(Model):
         self.n_params = 0 if cfg.default else (12 if cfg.S0 else len(DEFAULT_W))
 
     def compile_units(self) -> list:
-        """The generated plug-in's engine units (its lane kernel's parts, the kernel, the engine loops), which a first
+        """The generated plug-in's engine units (its lane kernel's parts, the kernel, the engine's loops), which a first
         run compiles side by side (warmup.py); the trainer's only when the row trains (not --default, --S0). A row
         trained on the autograd engine (--trainer autograd, --sched_penalties) has none: a toy run warms it."""
         trains = not (self.cfg.default or self.cfg.S0)

@@ -19,12 +19,16 @@ from engine.jit_cache import Unit
 PARTS = ["lane kernel part lane_kernels.fsrs6_lanes.group_forward", "lane kernel part lane_kernels.fsrs6_lanes.group_reverse"]
 
 
+LOOPS = ["engine predictions of models.fsrs6_kernels", "engine trainer of models.fsrs6_kernels"]
+
+
 def test_fsrs6_units_are_its_lane_kernel_after_its_parts_and_the_engine_loops():
+    """The lane kernel after its two parts, and the engine's predictions and trainer apart, so that two workers
+    compile them side by side; a row that only predicts has the predictions' unit alone."""
     units = warmup.units(RunConfig(algo="FSRS-6"))
-    assert [u.label for u in units] == PARTS + ["lane kernel lane_kernels.fsrs6_lanes", "engine loops of models.fsrs6_kernels"]
+    assert [u.label for u in units] == PARTS + ["lane kernel lane_kernels.fsrs6_lanes", *LOOPS]
     assert units[2].after == tuple(PARTS) and all(u.after == () for u in units[:2] + units[3:])
-    assert [u.label for u in warmup.units(RunConfig(algo="FSRS-6", default=True))] == [
-        "engine loops of models.fsrs6_kernels (predictions)"]
+    assert [u.label for u in warmup.units(RunConfig(algo="FSRS-6", default=True))] == LOOPS[:1]
     assert [u.label for u in warmup.units(RunConfig(algo="AVG"))] == ["toy run of AVG"]
 
 
@@ -33,9 +37,8 @@ def test_a_model_whose_toy_run_compiles_long_starts_first(tmp_path, monkeypatch)
     so that a first report does not end with one worker compiling it while the other waits."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # an empty cache: nothing marked done
     cfgs = [RunConfig(algo=a) for a in ("AVG", "FSRS-6", "GRU-P")]
-    assert [u.label for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3.5, 3, 2.5 s
-        "toy run of GRU-P", *PARTS, "engine loops of models.fsrs6_kernels", "toy run of AVG",
-        "lane kernel lane_kernels.fsrs6_lanes"]
+    assert [u.label for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3, 2.5, 2.5, 1.5 s
+        "toy run of GRU-P", *PARTS, "toy run of AVG", "lane kernel lane_kernels.fsrs6_lanes", LOOPS[1], LOOPS[0]]
 
 
 @pytest.mark.parametrize("algo", ["FSRS-6", "FSRS-7"])
@@ -51,8 +54,8 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path, algo):
         from config import EMBEDDED_DATA, RunConfig
         cfg = RunConfig(algo=sys.argv[1], processes=2, quiet=True)
         if cfg.algo == "FSRS-6":
-            assert sorted(u.label for u in warmup.pending([cfg])) == [
-                "engine loops of models.fsrs6_kernels", "lane kernel lane_kernels.fsrs6_lanes", *PARTS]
+            assert sorted(u.label for u in warmup.pending([cfg])) == sorted(
+                LOOPS + ["lane kernel lane_kernels.fsrs6_lanes", *PARTS])
         warmup.warm_up([cfg], processes=2, quiet=True)
         assert warmup.pending([cfg]) == []
         seen = []
@@ -64,7 +67,7 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path, algo):
         assert outcome.record is not None, outcome
         print(seen, "torch" in sys.modules)
     """)
-    assert _fresh_cache_run(f"PARTS = {PARTS!r}\n" + code, tmp_path, algo) == "[] False"
+    assert _fresh_cache_run(f"PARTS = {PARTS!r}\nLOOPS = {LOOPS!r}\n" + code, tmp_path, algo) == "[] False"
 
 
 def test_fsrs7_units_are_its_generated_engines():
@@ -72,10 +75,10 @@ def test_fsrs7_units_are_its_generated_engines():
     loops), not one toy run; a row trained on the autograd engine keeps the toy run."""
     labels = [u.label for u in warmup.units(RunConfig(algo="FSRS-7"))]
     assert [label.split(" traced")[0] for label in labels] == [
-        "lane kernel part", "lane kernel part", "lane kernel", "engine loops of"]
+        "lane kernel part", "lane kernel part", "lane kernel", "engine predictions of", "engine trainer of"]
     assert labels[0].endswith(".group_forward") and labels[1].endswith(".group_reverse")
     default = [u.label for u in warmup.units(RunConfig(algo="FSRS-7", default=True))]
-    assert len(default) == 1 and default[0].endswith("(predictions)")
+    assert len(default) == 1 and default[0].startswith("engine predictions of")
     assert [u.label for u in warmup.units(RunConfig(algo="FSRS-7", trainer="autograd"))] == [
         "toy run of FSRS-7-autograd-trainer"]
 
