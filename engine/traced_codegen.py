@@ -641,7 +641,8 @@ def _pow_quotient(v: str, x: str, fallback: str) -> str:
     """x^(y−1) in pow's derivative as v/x from the forward value v = x^y (a division instead of a pow call, equal
     up to rounding), where that is exact enough: x ≠ 0 and v a normal finite number; else `fallback`, torch's
     own x^(y−1) (x = 0, overflow, underflow, NaN)."""
-    return f"({v} / {x} if ({x} != 0.0 and 2.2250738585072014e-308 <= abs({v}) < math.inf) else {fallback})"
+    return (f"({v} / {x} if (({x} != 0.0) & (abs({v}) >= 2.2250738585072014e-308) & (abs({v}) < math.inf)) "
+            f"else {fallback})")
 
 
 def _needed(nodes, outputs, leaves=()) -> list[int]:
@@ -699,11 +700,16 @@ def _computed_pow(nodes, k: int, leaves) -> bool:
 _LANE_FN = {"exp": "exp1", "log": "log1", "log1p": "log1p1", "tanh": "tanh1", "sqrt": "math.sqrt"}
 
 
-def _flag(cond: str) -> str:
-    """The lane dialect's line that flags a review whose value takes the scalar code's libm-only branch: a count
-    in an integer (an integer sum vectorises without reordering float additions; a store into A inside the lane
-    loop would make LLVM check A against every row of X it reads and writes, and give up past a few such checks)."""
-    return f"    nbad += 0 if ({cond}) else 1"
+def _flag(*conds: str, unless: str | None = None) -> str:
+    """The lane dialect's line that flags a review whose value takes the scalar code's libm-only branch: unless all
+    the comparisons `conds` hold (or `unless` does), 1 added to a count in an integer (an integer sum vectorises
+    without reordering float additions; a store into A inside the lane loop would make LLVM check A against every row
+    of X it reads and writes, and give up past a few such checks). The comparisons are joined by & and |, not `and`
+    and `or`: no branch per operand, for numba to build and type (a tenth of compiling a reverse lane pass)."""
+    ok = " & ".join(f"({c})" for c in conds)
+    if unless is not None:
+        ok = f"({ok}) | ({unless})"
+    return f"    nbad += 1 - ({ok})"
 
 
 def guard_ids(attr) -> tuple | None:
@@ -714,17 +720,17 @@ def guard_ids(attr) -> tuple | None:
 
 def _guard_conditions(nodes, k: int) -> list[str]:
     """The lane dialect's conditions on the operands that a node fused across a where's sides no longer computes,
-    one per operand: each must hold (the untaken value finite, as the scalar code's gradient needs), else the review
-    is flagged."""
+    one tuple of comparisons per operand: each must hold (the untaken value finite, as the scalar code's gradient
+    needs), else the review is flagged."""
     op, _, attr, _, _ = nodes[k]
     ids = guard_ids(attr)
     if ids is None:
         return []
     if op == "pow":
-        return [f"v{x} > 0.0 and v{x} < math.inf and abs(v{y}) < math.inf" for x, y in zip(ids[::2], ids[1::2])]
-    cond = {"exp": "v{0} < 709.782712893384", "log": "v{0} > 0.0 and v{0} < math.inf",
-            "log1p": "v{0} > -1.0 and v{0} < math.inf"}[op]
-    return [cond.format(x) for x in ids]
+        return [(f"v{x} > 0.0", f"v{x} < math.inf", f"abs(v{y}) < math.inf") for x, y in zip(ids[::2], ids[1::2])]
+    conds = {"exp": ("v{0} < 709.782712893384",), "log": ("v{0} > 0.0", "v{0} < math.inf"),
+             "log1p": ("v{0} > -1.0", "v{0} < math.inf")}[op]
+    return [tuple(c.format(x) for c in conds) for x in ids]
 
 
 def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | None = None,
@@ -740,7 +746,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
         guards = _guard_conditions(nodes, k) if lanes and f"v{k}" not in reads else []
-        lines += [_flag(cond) for cond in guards]  # (a reverse pass reads the value: its forward checked them)
+        lines += [_flag(*conds) for conds in guards]  # (a reverse pass reads the value: its forward checked them)
         if _computed_pow(nodes, k, leaves) and args[0] not in logged:
             logged.add(args[0])
             ln = fn("log")
@@ -784,7 +790,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         elif op == "powc":
             expr = _pow_const(a[0], attr) if dtype == "f8" else f"{a[0]} ** {attr}"
             if lanes and dtype == "f8" and "**" in expr:  # x^e as exp(e·ln x) on x > 0 finite, else the flag
-                lines.append(_flag(f"{a[0]} > 0.0 and {a[0]} < math.inf"))
+                lines.append(_flag(f"{a[0]} > 0.0", f"{a[0]} < math.inf"))
                 expr = f"exp1({_lit(float(attr))} * log1({a[0]}))"
         elif op == "rpowc":
             expr = f"{_lit(attr)} ** {a[0]}" if dtype != "f8" else f"{_lit(float(attr))} ** float({a[0]})"
@@ -794,13 +800,13 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         elif op == "pow":  # pow as exp(y·ln x) where that is pow up to rounding: x > 0 finite, y finite
             x, y = a
             expr = f"float({x}) ** float({y})"
-            domain = f"{x} > 0.0 and {x} < math.inf and abs({y}) < math.inf"
+            domain = (f"{x} > 0.0", f"{x} < math.inf", f"abs({y}) < math.inf")
             if dtype == "f8" and lanes:
                 if not guards:  # a fused pow's guard checks both sides' operands, its own among them
-                    lines.append(_flag(domain))
+                    lines.append(_flag(*domain))
                 expr = f"exp1({y} * l{args[0]})"
             elif dtype == "f8":
-                expr = f"math.exp({y} * l{args[0]}) if ({domain}) else {expr}"
+                expr = f"math.exp({y} * l{args[0]}) if ({' & '.join(f'({c})' for c in domain)}) else {expr}"
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -814,9 +820,9 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
                 lines.append(f"    v{k} = float(v{k})")
             continue
         elif op == "minimum":
-            expr = f"{a[0]} if ({a[0]} < {a[1]} or {a[0]} != {a[0]}) else {a[1]}"
+            expr = f"{a[0]} if (({a[0]} < {a[1]}) | ({a[0]} != {a[0]})) else {a[1]}"
         elif op == "maximum":
-            expr = f"{a[0]} if ({a[0]} > {a[1]} or {a[0]} != {a[0]}) else {a[1]}"
+            expr = f"{a[0]} if (({a[0]} > {a[1]}) | ({a[0]} != {a[0]})) else {a[1]}"
         elif op == "where":
             expr = f"{a[1]} if {a[0]} else {a[2]}"
         elif op == "relu":  # NaN <= 0 is false: NaN stays NaN, as torch's
@@ -824,7 +830,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         elif op == "logaddexp":  # torch's CPU kernel: an infinity equal on both sides is returned as is
             x, y = a
             inf = f"abs({x}) == math.inf" if lanes else f"math.isinf({x})"
-            expr = f"{x} if ({inf} and {x} == {y}) else (max({x}, {y}) + {fn('log1p')}(e{k}))"
+            expr = f"{x} if (({inf}) & ({x} == {y})) else (max({x}, {y}) + {fn('log1p')}(e{k}))"
         elif op == "softplus":
             beta, threshold = attr
             xb = f"({a[0]} * {_lit(beta)})"
@@ -891,9 +897,10 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
     def quotient(v, x, y, fallback):  # x^(y−1) from v = x^y (_pow_quotient); the lanes flag its libm branch
         if not lanes or "**" not in fallback:
             return _pow_quotient(v, x, fallback)
-        cond = f"{x} != 0.0 and 2.2250738585072014e-308 <= abs({v}) < math.inf"
-        lines.append(_flag(f"({cond}) or {y} == 0"))
-        return f"({v} / {x} if ({cond}) else math.nan)"
+        # v/x alone: off its domain the review is flagged (unless y = 0, whose term is 0.0 whatever v/x is)
+        lines.append(_flag(f"{x} != 0.0", f"abs({v}) >= 2.2250738585072014e-308", f"abs({v}) < math.inf",
+                           unless=f"{y} == 0"))
+        return f"({v} / {x})"
 
     # Each adjoint is assigned once, as the sum of its contributions when its node is reached (all of them come
     # from later nodes, reached before it): 0.0 + (c1) + (c2) ... is what a{k} = 0.0; a{k} += c1; ... computed, bit
@@ -966,17 +973,17 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
                 xpow = quotient(f"v{k}", x, y, f"float({x}) ** ({y} - 1.0)")
                 add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * {xpow}))")
             if args[1] in act:
-                add(args[1], f"{g} * (0.0 if ({y} >= 0 and {x} == 0) else v{k} * l{args[0]})")
+                add(args[1], f"{g} * (0.0 if (({y} >= 0) & ({x} == 0)) else v{k} * l{args[0]})")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
             lo = a[1] if has_lo else None
             hi = (a[2] if has_lo else a[1]) if has_hi else None
-            cond = " and ".join(c for c in ((f"{x} >= {lo}" if lo else None), (f"{x} <= {hi}" if hi else None)) if c)
+            cond = " & ".join(c for c in ((f"({x} >= {lo})" if lo else None), (f"({x} <= {hi})" if hi else None)) if c)
             add(args[0], f"({g} if ({cond}) else 0.0)")
             if has_lo and has_hi:  # torch's clamp_backward_min_max
-                add(args[1], f"({g} if ({x} < {lo} and {lo} < {hi}) else 0.0)")
-                add(args[2], f"({g} if ({x} > {hi} or {hi} < {lo}) else 0.0)")
+                add(args[1], f"({g} if (({x} < {lo}) & ({lo} < {hi})) else 0.0)")
+                add(args[2], f"({g} if (({x} > {hi}) | ({hi} < {lo})) else 0.0)")
             elif has_lo:
                 add(args[1], f"({g} if {x} < {lo} else 0.0)")
             else:
