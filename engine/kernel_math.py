@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from engine.jit import inlined
 
@@ -172,3 +173,22 @@ def warm_numba() -> None:
     """Load numba's typing registries (~1 s, the first cached kernel any process loads pays it) by loading one small
     kernel. Called before forking the worker pool, so that every worker inherits them instead of paying it again."""
     card_batch_bounds(np.zeros(1, dtype=np.int64), 1)
+
+
+@intrinsic
+def select(typingctx, cond, a, b):
+    """`a if cond else b` for two float64 values already computed, as one LLVM select: the value the conditional
+    expression gives, bit for bit, and what LLVM makes of it (a lane loop vectorises the same), but one call in the
+    caller's numba IR instead of three blocks, whose passes cost more than linearly in their number (the generated
+    code routes every gradient through a where, a clamp or a gather: FSRS-6's reverse lane pass had ~40 of them;
+    engine/traced_codegen.py)."""
+    if not isinstance(cond, types.Boolean):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        c, x, y = llargs
+        x = context.cast(builder, x, signature.args[1], types.float64)
+        y = context.cast(builder, y, signature.args[2], types.float64)
+        return builder.select(c, x, y)
+
+    return types.float64(cond, a, b), codegen

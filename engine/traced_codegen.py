@@ -745,6 +745,10 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
     for k in order:
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
+
+        def pick(cond, x, y):  # x if cond else y: one select of two floats (engine/kernel_math.select)
+            return f"select({cond}, {x}, {y})" if dtype == "f8" else f"{x} if ({cond}) else {y}"
+
         guards = _guard_conditions(nodes, k) if lanes and f"v{k}" not in reads else []
         lines += [_flag(*conds) for conds in guards]  # (a reverse pass reads the value: its forward checked them)
         if _computed_pow(nodes, k, leaves) and args[0] not in logged:
@@ -811,20 +815,20 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
             has_lo, has_hi = attr
             x = a[0]
             if has_lo:  # the lower bound's result its own variable: one assignment each (see _backward_lines)
-                lines.append(f"    {'m' if has_hi else 'v'}{k} = {a[1]} if {x} < {a[1]} else {x}")
+                lines.append(f"    {'m' if has_hi else 'v'}{k} = {pick(f'{x} < {a[1]}', a[1], x)}")
                 x = f"m{k}" if has_hi else f"v{k}"
             if has_hi:
                 hi = a[2] if has_lo else a[1]
-                lines.append(f"    v{k} = {hi} if {x} > {hi} else {x}")
+                lines.append(f"    v{k} = {pick(f'{x} > {hi}', hi, x)}")
             if dtype == "f8" and not _float_operand(nodes, args):
                 lines.append(f"    v{k} = float(v{k})")
             continue
         elif op == "minimum":
-            expr = f"{a[0]} if (({a[0]} < {a[1]}) | ({a[0]} != {a[0]})) else {a[1]}"
+            expr = pick(f"({a[0]} < {a[1]}) | ({a[0]} != {a[0]})", a[0], a[1])
         elif op == "maximum":
-            expr = f"{a[0]} if (({a[0]} > {a[1]}) | ({a[0]} != {a[0]})) else {a[1]}"
+            expr = pick(f"({a[0]} > {a[1]}) | ({a[0]} != {a[0]})", a[0], a[1])
         elif op == "where":
-            expr = f"{a[1]} if {a[0]} else {a[2]}"
+            expr = pick(a[0], a[1], a[2])
         elif op == "relu":  # NaN <= 0 is false: NaN stays NaN, as torch's
             expr = f"{a[0]} if not ({a[0]} <= 0) else {'0.0' if dtype == 'f8' or lanes else '0'}"
         elif op == "logaddexp":  # torch's CPU kernel: an infinity equal on both sides is returned as is
@@ -887,6 +891,9 @@ def _active(nodes, order, leaves=()) -> set[int]:
     return act
 
 
+_ADJOINT = re.compile(r"a\d+")
+
+
 def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int, list[str]],
                     sink: dict, lanes: bool = False) -> list[str]:
     """a<k> adjoints from the output seeds back to the inputs (torch's derivative formulas); `sink[(op, attr)]`
@@ -902,18 +909,35 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
                            unless=f"{y} == 0"))
         return f"({v} / {x})"
 
+    def choose(cond, x, y):  # x if cond else y: in the lanes one select of two floats (engine/kernel_math.select);
+        # the scalar code's y may call libm's pow, which only a conditional expression leaves uncomputed
+        return f"select({cond}, {x}, {y})" if lanes else f"({x} if ({cond}) else {y})"
+
+    def gate(g, cond, when=True):
+        """g where `cond` is `when`, else 0.0, as one select (engine/kernel_math.select: no branch for numba to
+        build; a third of compiling FSRS-6's reverse lane pass went to these)."""
+        return f"select({cond}, {g}, 0.0)" if when else f"select({cond}, 0.0, {g})"
+
     # Each adjoint is assigned once, as the sum of its contributions when its node is reached (all of them come
-    # from later nodes, reached before it): 0.0 + (c1) + (c2) ... is what a{k} = 0.0; a{k} += c1; ... computed, bit
-    # for bit, but numba's SSA pass rebuilds every variable assigned more than once over all of a function's
-    # blocks (one per side of each conditional), which had been ~30% of compiling FSRS-6's reverse lane pass.
+    # from later nodes, reached before it): numba's SSA pass rebuilds every variable assigned more than once over
+    # all of a function's blocks (one per side of each conditional), which had been ~30% of compiling FSRS-6's
+    # reverse lane pass. An adjoint whose one contribution is another adjoint is that adjoint's name (a third of
+    # FSRS-6's: an add, a clamp in range, a cast), not a copy of it. The scalar code sums (c1) + (c2) ..., not
+    # 0.0 + (c1) + ... as a{k} = 0.0; a{k} += c1 computed: the two differ only in the sign of a zero adjoint, which
+    # no result can see (every gradient is a sum that starts at +0.0; an adjoint is never a divisor or a condition).
+    # The lanes keep the 0.0: under fastmath "contract" a bare product would be fused into the sum that reads it.
     pending: dict[int, list[str]] = {k: list(seeds.get(k, ())) for k in act}
     for k in reversed(order):
         if k not in act:
             continue
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
-        g = f"a{k}"
-        lines.append(f"    {g} = " + " + ".join(["0.0"] + [f"({e})" for e in pending.pop(k)]))
+        terms = pending.pop(k)
+        if len(terms) == 1 and _ADJOINT.fullmatch(terms[0]):
+            g = terms[0]
+        else:
+            g = f"a{k}"
+            lines.append(f"    {g} = " + " + ".join((["0.0"] if lanes or not terms else []) + [f"({e})" for e in terms]))
 
         def add(j, expr):
             if j in act:
@@ -971,33 +995,33 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
             x, y = a
             if args[0] in act:
                 xpow = quotient(f"v{k}", x, y, f"float({x}) ** ({y} - 1.0)")
-                add(args[0], f"(0.0 if {y} == 0 else {g} * ({y} * {xpow}))")
+                add(args[0], choose(f"{y} == 0", "0.0", f"{g} * ({y} * {xpow})"))
             if args[1] in act:
-                add(args[1], f"{g} * (0.0 if (({y} >= 0) & ({x} == 0)) else v{k} * l{args[0]})")
+                add(args[1], f"{g} * {choose(f'({y} >= 0) & ({x} == 0)', '0.0', f'v{k} * l{args[0]}')}")
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
             lo = a[1] if has_lo else None
             hi = (a[2] if has_lo else a[1]) if has_hi else None
             cond = " & ".join(c for c in ((f"({x} >= {lo})" if lo else None), (f"({x} <= {hi})" if hi else None)) if c)
-            add(args[0], f"({g} if ({cond}) else 0.0)")
+            add(args[0], gate(g, cond))
             if has_lo and has_hi:  # torch's clamp_backward_min_max
-                add(args[1], f"({g} if (({x} < {lo}) & ({lo} < {hi})) else 0.0)")
-                add(args[2], f"({g} if (({x} > {hi}) | ({hi} < {lo})) else 0.0)")
+                add(args[1], gate(g, f"({x} < {lo}) & ({lo} < {hi})"))
+                add(args[2], gate(g, f"({x} > {hi}) | ({hi} < {lo})"))
             elif has_lo:
-                add(args[1], f"({g} if {x} < {lo} else 0.0)")
+                add(args[1], gate(g, f"{x} < {lo}"))
             else:
-                add(args[1], f"({g} if {x} > {hi} else 0.0)")
+                add(args[1], gate(g, f"{x} > {hi}"))
         elif op in ("minimum", "maximum"):
             x, y = a
             gt, lt = (">", "<") if op == "minimum" else ("<", ">")
-            add(args[0], f"(0.0 if {x} {gt} {y} else ({g} / 2 if {x} == {y} else {g}))")
-            add(args[1], f"(0.0 if {x} {lt} {y} else ({g} / 2 if {x} == {y} else {g}))")
+            add(args[0], choose(f"{x} {gt} {y}", "0.0", choose(f"{x} == {y}", f"{g} / 2", g)))
+            add(args[1], choose(f"{x} {lt} {y}", "0.0", choose(f"{x} == {y}", f"{g} / 2", g)))
         elif op == "relu":  # threshold_backward: the gradient where the result is positive
-            add(args[0], f"({g} if v{k} > 0 else 0.0)")
+            add(args[0], gate(g, f"v{k} > 0"))
         elif op == "where":
-            add(args[1], f"({g} if {a[0]} else 0.0)")
-            add(args[2], f"(0.0 if {a[0]} else {g})")
+            add(args[1], gate(g, a[0]))
+            add(args[2], gate(g, a[0], when=False))
         elif op == "logaddexp":  # derivatives.yaml: grad / (1 + exp(other - self)) for each side, from the
             x, y = a            # forward's e = e^{−|x−y|}: 1/(1 + e) on the larger side, e/(1 + e) on the other
             add(args[0], f"({g} / (1.0 + e{k}) if {x} >= {y} else {g} * e{k} / (1.0 + e{k}))")
@@ -1008,12 +1032,12 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
             add(args[0], f"({g} if {xb} > {_lit(threshold)} else {g} * e{k} / (e{k} + 1.0))")
         elif op == "nan_to_num":  # grad · isfinite(x)
             finite = f"abs({a[0]}) < math.inf" if lanes else f"math.isfinite({a[0]})"
-            add(args[0], f"({g} if {finite} else 0.0)")
+            add(args[0], gate(g, finite))
         elif op == "cast":
             add(args[0], g)
         elif op == "gather":
-            for i, j in enumerate(args[1:]):  # adding (g or 0.0) to a sum that began at +0.0: as `if`, bit for bit
-                add(j, f"{g} if j{k} == {i} else 0.0")
+            for i, j in enumerate(args[1:]):
+                add(j, gate(g, f"j{k} == {i}"))
         else:  # pragma: no cover
             raise TraceError(f"no derivative for op {op}")
     return lines
@@ -1026,7 +1050,7 @@ import math
 import numpy as np
 from numba import njit
 
-from engine.kernel_math import BCE_GRAD_EPS, bce
+from engine.kernel_math import BCE_GRAD_EPS, bce, select
 
 N_STATE = {n_total}
 N_ADJ = {n_state}

@@ -35,7 +35,7 @@ the engine then runs it card by card, so the result is the scalar code's):
 - a non-finite loss or gradient sum: a padding review, or the step computed at a card's last target (whose adjoint
   seeds are zero), may produce an inf that 0·inf turns into NaN where the scalar code computes nothing.
 Results differ from the scalar plug-in's by rounding only: exp1 / log1 / log1p1 within a few ulp of libm, sums in
-another order, fused multiply-adds (fastmath "contract", as fsrs6_lanes). A target whose elapsed time is −0.0
+another order, fused multiply-adds (fastmath "contract", as fsrs_v5_lanes). A target whose elapsed time is −0.0
 against a review's 0.0 shares the step here (pack_group compares with ==), where the scalar engine's same_time
 keeps them apart: the same value for any model that does not tell the signed zeros apart.
 """
@@ -58,7 +58,7 @@ from numba import njit
 
 from engine.jit import inlined
 from engine.lanes import I_DT, I_G, I_W, LANES, pack_group
-from engine.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, stable_argsort_small
+from engine.kernel_math import BCE_GRAD_EPS, BCE_LOG_FLOOR, select, stable_argsort_small
 from engine.vec_math import exp1, log1, log1p1, tanh1
 
 N_WC = {n_wc}  # the gradient's rows of A: wc = w and the hoisted weight-only values
@@ -75,7 +75,7 @@ N_SUMS = J_G + N_STATE
 
 # The kernel's two large parts as lanes_loss_grad calls them (work arrays allocated there, lane counts int64): a
 # first run compiles each on a worker of its own and then the kernel, which loads them from the cache
-# (seq_engine.lane_units), as lane_kernels/fsrs6_lanes.py does by hand
+# (seq_engine.lane_units)
 _PARTS = '''
 
 from numba import types

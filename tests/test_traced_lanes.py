@@ -264,3 +264,28 @@ def test_prune_dead_drops_only_definitions_nothing_reads():
             "    A[0, lane] += a5"]
     assert prune_dead(body) == [body[0], body[3], body[4], body[5], body[6], body[7]]
     assert prune_dead(["    v1 = w[0]", "    v2 = v1 + 1.0"]) == []
+
+
+def test_select_is_the_conditional_expression_bit_for_bit():
+    """engine/kernel_math.select, which the generated code writes for every float where, clamp and gated gradient,
+    gives what `a if c else b` gives for the values that tell a select from arithmetic (NaN, infinities, signed
+    zeros), integer operands as floats, and refuses a condition that is not a boolean."""
+    from numba import njit
+    from numba.core.errors import TypingError
+
+    from engine.kernel_math import select
+
+    @njit
+    def picks(c, a, b):
+        return select(c, a, b), select(c, 1, b)
+
+    values = [0.0, -0.0, 1.5, -2.0, math.inf, -math.inf, math.nan, 5e-324]
+    for c in (True, False):
+        for a in values:
+            for b in values:
+                got, with_int = picks(c, a, b)
+                want = a if c else b
+                assert np.float64(got).tobytes() == np.float64(want).tobytes()
+                assert with_int == (1.0 if c else b) or (math.isnan(b) and not c and math.isnan(with_int))
+    with pytest.raises(TypingError):
+        njit(lambda c, a, b: select(c, a, b))(1.0, 2.0, 3.0)
