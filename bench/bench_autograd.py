@@ -16,8 +16,8 @@ functions, no hand-written gradient; its one-off numba compile is done by the wa
   upstream` (upstream/training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
   default compiled engine (hand-written numba gradients: FSRS-5's step VJPs, HLR's per-card loss with its counts
   computed once per fit).
-- FSRS-6: its torch recurrence (upstream/fsrs6_torch.py TorchSteps) on the autograd engine, models/fsrs6.py
-  with `--trainer upstream`, and FSRS-6's compiled engine plug-in (models/fsrs6_kernels.py).
+- FSRS-6: its torch equations (models/fsrs6.py) on the autograd engine, with `--trainer upstream`, and on the
+  compiled engine (the plug-in engine/traced.py generates from them: its default).
 - SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation),
   on its traced plug-in (its default: torch's L-BFGS on the compiled loss and gradient), and over per-target
   histories in batches of 8192 (upstream's way; `--trainer upstream`).
@@ -57,7 +57,6 @@ def trainers(name: str, train, test):
         from models import fsrs6
         from engine.autograd_engine import AutogradEngine
         from models.fsrs6 import CLIP_HI, CLIP_LO, SIGMA, FSRS6
-        from upstream.fsrs6_torch import TorchSteps
 
         def autograd():  # FSRS6.fit's S0 initialisation, then the autograd engine
             from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
@@ -66,7 +65,7 @@ def trainers(name: str, train, test):
             decay = DEFAULT_W[20]
             s0 = initialize_s0(train.rows, lambda t, s: forgetting_curve(t, s, decay), DEFAULT_W[:4], S_MIN)
             w_init = list(s0) + DEFAULT_W[4:]
-            engine = AutogradEngine(TorchSteps, CLIP_LO, CLIP_HI)
+            engine = AutogradEngine(fsrs6, CLIP_LO, CLIP_HI)
             w = engine.fit(w_init, train, RunConfig(algo="FSRS-6"), w_init=w_init, sigma=SIGMA)
             return lambda: fsrs6.predict(w, test)
 
@@ -76,24 +75,7 @@ def trainers(name: str, train, test):
                 return lambda: model.predict(test)
             return run
 
-        def traced():  # the same fit as autograd(), on the plug-in generated from TorchSteps (engine/traced.py)
-            import types
-
-            from models.fsrs6 import DEFAULT_W, S_MIN, forgetting_curve
-            from models.fsrs_init import initialize_s0
-            from engine.traced import CompiledOwnEngine
-
-            decay = DEFAULT_W[20]
-            s0 = initialize_s0(train.rows, lambda t, s: forgetting_curve(t, s, decay), DEFAULT_W[:4], S_MIN)
-            w_init = list(s0) + DEFAULT_W[4:]
-            module = types.SimpleNamespace(DEFAULT_W=DEFAULT_W, init=TorchSteps.init, step=TorchSteps.step,
-                                           curve=TorchSteps.curve)
-            engine = CompiledOwnEngine(module, CLIP_LO, CLIP_HI)
-            w = engine.fit(w_init, train, RunConfig(algo="FSRS-6"), w_init=w_init, sigma=SIGMA)
-            return lambda: fsrs6.predict(w, test)
-
-        return [("autograd", autograd), ("traced", traced), ("upstream", per_model("upstream")),
-                ("compiled", per_model("fast"))]
+        return [("autograd", autograd), ("upstream", per_model("upstream")), ("compiled", per_model("fast"))]
 
     def per_trainer(trainer):
         def run():

@@ -1,5 +1,5 @@
 """A lane model's loss and gradient over one fit's mini-batches: the scalar plug-in (one card at a time) against
-its lane kernel (lane_kernels/fsrs6_lanes.py, fsrs_v5_lanes.py, or the generated ones: LANES cards side by side), paired
+its lane kernel (lane_kernels/fsrs_v5_lanes.py, or the generated ones: LANES cards side by side), paired
 in one process; with --fit, its whole 5-fold fit (the engine's Adam and objective passes, S0 not timed) with and
 without the lanes.
 
@@ -209,7 +209,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.fit:
         if args.model == "FSRS-6":
-            raise SystemExit("--fit: FSRS-6's fit is timed through its module (models/fsrs6_kernels.py docstring)")
+            raise SystemExit("--fit: FSRS-6's fit is timed by bench/bench_fsrs6.py")
         fit_pairs(args)
         return
     if args.model == "FSRS-6":

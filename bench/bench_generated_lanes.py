@@ -1,13 +1,13 @@
 """A hand-written lane kernel against the lane kernel the tracer generates from the same model's torch equations
 (engine/traced.py on the module's torch_init / torch_step / torch_curve), kernel alone, paired in one process.
 
-    python bench/bench_generated_lanes.py [--models FSRS-6,FSRS-5] [--cards 20000] [--pairs 15]
+    python bench/bench_generated_lanes.py [--models FSRS-5] [--cards 20000] [--pairs 15]
 
 Data: random review histories (tests/test_fsrs6_fast.random_data, seed 1), all cards in one batch, loss and gradient
 wanted. Each pair calls the two kernels back to back on the same arrays (alternating which goes first); the median
 of the per-pair ratios generated / hand is printed, with the largest relative differences of loss and gradient
 (through each plug-in's precompute_vjp). Whether a hand kernel stays starts with this ratio (lane_kernels/*.py
-docstrings); FSRS v1, v2, v3, v4 and 4.5, whose generated kernels measured 0.80-1.04x here, now run on them.
+docstrings); FSRS v1, v2, v3, v4, 4.5 and 6, whose generated kernels measured 0.80-1.07x here, now run on them.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from engine.traced_codegen import TraceError  # noqa: E402
 
 def plugins(row: str) -> tuple[str, str, np.ndarray]:
     """(hand plug-in, generated plug-in, the model's default weights) of a registered row: the generated plug-in
-    traced from the torch equations in the same module (torch_init / torch_step / torch_curve), or from the
-    namespace its TORCH_EQUATIONS names ("module:name"; FSRS-6, whose plug-in is the module its KERNELS names)."""
+    traced from the torch equations in the same module (torch_init / torch_step / torch_curve)."""
     import importlib
 
     import models
@@ -43,11 +42,7 @@ def plugins(row: str) -> tuple[str, str, np.ndarray]:
     module = sys.modules[cls.__module__]
     hand = getattr(module, "KERNELS", module.__name__)
     w = np.asarray(getattr(cls, "default_w", None) or importlib.import_module(hand).DEFAULT_W, dtype=np.float64)
-    source = module
-    if getattr(module, "TORCH_EQUATIONS", None):
-        where, _, name = module.TORCH_EQUATIONS.partition(":")
-        source = getattr(importlib.import_module(where), name)
-    return hand, compile_module(source, n_w=len(w), use_clip=False), w
+    return hand, compile_module(module, n_w=len(w), use_clip=False), w
 
 
 class Batch:
@@ -81,7 +76,7 @@ def main() -> None:
     from test_fsrs6_fast import random_data
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="FSRS-6,FSRS-5")
+    ap.add_argument("--models", default="FSRS-5")
     ap.add_argument("--cards", type=int, default=20000)
     ap.add_argument("--pairs", type=int, default=15)
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""What every lane kernel shares (lane_kernels/fsrs6_lanes.py, fsrs_v5_lanes.py, and the generated ones): the work layout's
+"""What every lane kernel shares (lane_kernels/fsrs_v5_lanes.py and the generated ones): the work layout's
 input rows, packing a group of cards into them, the work items of whole cards, and the grade select.
 
 A lane kernel runs LANES cards side by side: a mini-batch's cards sorted by length, taken LANES at a time, every
@@ -13,6 +13,16 @@ read). This needs every other target's elapsed time to equal the next review's (
 delta_t is the review it predicts); pack_group reports a card that breaks this (−1), and the engine then runs the
 batch card by card. A lane past its card's end runs padding reviews (t = 1, grade 3) whose states nothing reads,
 so their adjoints are exactly zero and nothing is masked in the reverse pass.
+
+What makes LLVM vectorise the lane loops (each found by its remarks, -pass-remarks-analysis=loop-vectorize, on
+FSRS-6's hand kernel of 2026; any one of them left the loops scalar): the work arrays allocated inside the kernel's
+lanes_loss_grad (constant inner strides, so the accesses of two positions provably do not overlap; arrays passed in
+have run-time strides, "cannot identify array bounds"); the lane sums in a second array (in the same one, at a
+run-time distance, every pair of accesses needed its own overlap check: "too many memory checks"); a run-time lane
+count (for a constant 8 LLVM refuses a loop that needs any overlap check); the reverse loop over positions as a
+forward range (range(n, 0, −1) kept the lane loop scalar); the weights read into locals before the loops. Kernels
+are compiled with fastmath "contract": fused multiply-adds on every x86-64 CPU since 2013 (one without FMA runs the
+same code unfused, so its results move in the last bits).
 
 Why the kernels' lane loops (forward, reverse, loss) are not shared too: numba caches no function that takes
 another function as an argument (it would recompile in every process), so each kernel keeps its own ~20-line

@@ -12,8 +12,8 @@ that model. What depends only on the weights is hoisted out of the per-review lo
 a model may also keep a step's intermediates in its state for its own step_vjp (N_ADJ), fuse a target's curve
 and BCE (target_loss / target_loss_vjp), and compute a target read at the next review's elapsed time with that
 step (step_target / step_target_vjp); and it may name a module of lane kernels (LANE_KERNELS: its
-lanes_loss_grad runs the trainer's batches with several cards side by side, vectorised; lane_kernels/fsrs6_lanes.py,
-lane_kernels/fsrs_v5_lanes.py).
+lanes_loss_grad runs the trainer's batches with several cards side by side, vectorised; engine/traced_lanes.py
+generates them, lane_kernels/fsrs_v5_lanes.py is FSRS-5's by hand).
 Models that define none of these run exactly as before. The trainer
 minimises upstream's objective
     L(w) = Σ_i weight_i · BCE(p_i(w), y_i) + Σ_j ((w_j − w_init_j) / σ_j)²     (no prior: σ = ∞)

@@ -31,7 +31,7 @@ cannot lay out), over work items made by engine/lanes.py's card_items. The engin
 objective passes through them (card by card where they return NaN); predictions and loss_and_grad stay card by card.
 "module:function" names another function of that signature in place of lanes_loss_grad (one lane module serving
 several plug-ins: lane_kernels/fsrs_v5_lanes.py). Why: a scalar step is bound by one libm
-call at a time; side by side, exp and log vectorise (lane_kernels/fsrs6_lanes.py).
+call at a time; side by side, exp and log vectorise (engine/traced_lanes.py, lane_kernels/fsrs_v5_lanes.py).
 
 Arguments: w — float64 parameter vector; g — integer grade 1..4 of the review; t — float64 elapsed days before
 the review (0 for a first review) or, in `curve`, before the target; state/prev/new — float64 arrays of length

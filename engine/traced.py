@@ -27,8 +27,8 @@ written with a handful of torch ops, so it can be read as an expression graph an
    (the clip hook, in place, after the box clip) when the file has one. Written once per content hash into the
    engine directory and registered in sys.modules, so `SeqEngine(name, LOWER, UPPER)` compiles its disk-cached
    kernels for it.
-   Why it is shaped so: on FSRS-6's TorchSteps a training pass (step, step_vjp, the target's loss and gradient)
-   cost ~690 ns a review against ~140 for the hand-written models/fsrs6_kernels.py, ~465 of it in step_vjp,
+   Why it is shaped so: on FSRS-6's torch equations a training pass (step, step_vjp, the target's loss and
+   gradient) cost ~690 ns a review against ~140 for the hand-written plug-in it then had, ~465 of it in step_vjp,
    which recomputed the forward step (every libm call twice) and whose derivative formulas add one more pow or
    log per pow node. So (now ~300 ns; FSRS-7 1450 → 520, SBD 640 → 400; numba loops over the functions):
    - init and step write every transcendental value they compute (exp, log, pow, ...) into state[n:]

@@ -2,20 +2,20 @@
 passes here (issue #19; models/fsrs_v5.py's LANE_KERNELS); predictions and loss_and_grad stay card by card on the
 scalar plug-in (models/fsrs_v5.py).
 
-Why: the scalar step walks one card at a time, and each review costs a few libm calls (pow, exp) issued one value
-at a time. Here, as in lane_kernels/fsrs6_lanes.py (read its docstring; the layout, the packing and the work items
-are shared in engine/lanes.py), every per-review quantity is an array [position, field, lane] with the lane
-innermost and each position one loop over the lanes that LLVM vectorises, with exp and log as arithmetic
+Why: the scalar step walks one card at a time, and each review costs a few libm calls (pow, exp) issued one value at a
+time. Here, as in the lane kernels engine/traced_lanes.py generates (the layout, the packing, the work items and what
+makes the loops vectorise are in engine/lanes.py), every per-review quantity is an array [position, field, lane] with
+the lane innermost and each position one loop over the lanes that LLVM vectorises, with exp and log as arithmetic
 (engine/vec_math.exp1 / log1 / log1p1) and the branches as selects: the recall, lapse and same-day updates are all
-computed and blended, and their reverse passes taken with zero weights where they do not apply; a lapse's ln(S+1)
-and (S+1)^{w13} only at the positions where some lane lapses (a second loop). The curve R = (1 + (19/81)·t/S)^(−0.5)
-is a vectorised square root (no exp or log); the post-lapse cap min(S_f, S/e^{w17 w18}); the first difficulty
-w4 − e^{w5(G−1)} + 1, mean reversion to the unclamped D0(4) with the (10 − D)/9 damping, and the same-day step
+computed and blended, and their reverse passes taken with zero weights where they do not apply; a lapse's ln(S+1) and
+(S+1)^{w13} only at the positions where some lane lapses (a second loop). The curve R = (1 + (19/81)·t/S)^(−0.5) is a
+vectorised square root (no exp or log); the post-lapse cap min(S_f, S/e^{w17 w18}); the first difficulty w4 −
+e^{w5(G−1)} + 1, mean reversion to the unclamped D0(4) with the (10 − D)/9 damping, and the same-day step
 S·e^{w17(G−3+w18)} (t < 1: no lapse there), its four values precomputed. Merged: one log for ln S (recall) or ln D
-(lapse), one exp for S^{−w9} / D^{−w12}, one exp for e^{w10(1−R)} / e^{w14(1−R)}. The gradient is the scalar
-core's (clamps pass it where min ≤ x ≤ max, torch.minimum splits it on a tie); --disable_short_term zeroes w0..w3,
-w17, w18's gradients through the trainer's grad_mask, and the S0 fit and the 4-decimal rounding of the weights
-happen outside the trainer.
+(lapse), one exp for S^{−w9} / D^{−w12}, one exp for e^{w10(1−R)} / e^{w14(1−R)}. The gradient is the scalar core's
+(clamps pass it where min ≤ x ≤ max, torch.minimum splits it on a tie); --disable_short_term zeroes w0..w3, w17, w18's
+gradients through the trainer's grad_mask, and the S0 fit and the 4-decimal rounding of the weights happen outside the
+trainer.
 
 Results differ from the scalar kernel's by rounding only: exp1 / log1 / log1p1 within 1 ulp of libm, pow as
 exp(p·ln x), R by a square root instead of pow, the loss's −ln R as 0.5·ln(1 + x) and 1 − R without cancellation
@@ -53,7 +53,6 @@ from engine.jit import inlined
 from engine.kernel_math import stable_argsort_small
 from engine.lanes import I_ANY, I_DT, I_G, I_W, LANES, grade_pick, pack_group
 from engine.vec_math import exp1, log1, log1p1
-from lane_kernels.fsrs_shared import difficulty_adjoint, first_review_adjoint
 
 # Row k of the work array X[k, field, lane] (allocated inside the kernel, as FSRS-6's, so that LLVM sees its
 # constant strides): rows 0..3 the packed inputs (engine/lanes.py), then the state after position k and what its
@@ -75,6 +74,37 @@ J_LOSS = N_W
 J_GS = N_W + 1
 J_GD = N_W + 2
 N_SUMS = N_W + 3
+
+
+@inlined(error_model="numpy")
+def difficulty_adjoint(A, lane, gd, g, dd, w4, w6, w7, d04, e3):
+    """The reverse of D' = clamp(w7·D0(4) + (1 − w7)·(D − w6(G − 3)(10 − D)/9), 1, 10) with the unclamped
+    D0(4) = w4 − e^{3·w5} + 1 (e3 = e^{3·w5}): adds w4..w7's gradient into A's lane, returns the old D's adjoint."""
+    ndp = dd - w6 * (g - 3.0) * (10.0 - dd) / 9.0
+    nd = w7 * d04 + (1.0 - w7) * ndp
+    gdm = gd if (nd >= 1.0 and nd <= 10.0) else 0.0
+    gndp = gdm * (1.0 - w7)
+    A[7, lane] += gdm * (d04 - ndp)
+    A[4, lane] += gdm * w7
+    A[5, lane] += gdm * w7 * (-3.0 * e3)
+    A[6, lane] += gndp * (-(g - 3.0) * (10.0 - dd) / 9.0)
+    return gndp * (1.0 + w6 * (g - 3.0) / 9.0)
+
+
+@inlined(error_model="numpy")
+def first_review_adjoint(A, lane, gs, gd, g, w0, w1, w2, w3, w4, s_min, s_max, e):
+    """The reverse of the first review: S0 = clamp(w[G − 1], s_min, s_max), D0 = clamp(w4 − e + 1, 1, 10) with
+    e = e^{w5(G − 1)}: adds w0..w5's gradient into A's lane."""
+    s0 = grade_pick(g, w0, w1, w2, w3)
+    gs0 = gs if (s0 >= s_min and s0 <= s_max) else 0.0
+    A[0, lane] += gs0 if g < 1.5 else 0.0
+    A[1, lane] += gs0 if (g > 1.5 and g < 2.5) else 0.0
+    A[2, lane] += gs0 if (g > 2.5 and g < 3.5) else 0.0
+    A[3, lane] += gs0 if g > 3.5 else 0.0
+    d0 = w4 - e + 1.0
+    gd0 = gd if (d0 >= 1.0 and d0 <= 10.0) else 0.0
+    A[4, lane] += gd0
+    A[5, lane] += gd0 * (-(g - 1.0) * e)
 
 
 @inlined(error_model="numpy")
@@ -272,7 +302,7 @@ def lanes_loss_grad_v5(wc, seq_dt, seq_g, c_start, t_pos, t_dt, t_y, t_wt, items
                            lapse_min_dt)
         if n_pos < 0:
             return np.nan
-        group_forward(wc, X, n_pos, nl, f, e8)  # a run-time lane count: see fsrs6_lanes' X comment
+        group_forward(wc, X, n_pos, nl, f, e8)  # a run-time lane count (engine/lanes.py: what vectorises)
         if want_grad:
             group_reverse(wc, X, A, n_pos, nl, decay, e8)
         if want_loss:

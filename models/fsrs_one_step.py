@@ -36,7 +36,7 @@ from config import BUILTIN_FLAGS
 from models.base import Model, ReviewData
 from models.fsrs_init import initialize_s0
 
-# FSRS-6's defaults (fsrs-optimizer DEFAULT_PARAMETER, as models/fsrs6_kernels.py) and the one-step box.
+# FSRS-6's defaults (fsrs-optimizer DEFAULT_PARAMETER, as models/fsrs6.py) and the one-step box.
 DEFAULT_W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614,
              0.2629, 1.6483, 0.6014, 1.8729, 0.5425, 0.0912, 0.0658, 0.1542]
 S_MIN = 0.001

@@ -37,7 +37,7 @@ import numpy as np
 
 import models.fsrs6 as fsrs6
 from models.base import InadequateData, Model, ReviewData
-from models.fsrs6_kernels import DEFAULT_W
+from models.fsrs6 import DEFAULT_W
 
 ROUND_DECIMALS = 4  # upstream rounds the weights benchmark() returns
 

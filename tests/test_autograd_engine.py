@@ -183,9 +183,8 @@ def test_cuda_predictions_equal_the_cpu_ones():
 def test_fsrs6_torch_functions_equal_its_compiled_plug_in():
     from models import fsrs6
     from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, SIGMA
-    from upstream.fsrs6_torch import TorchSteps
 
-    auto = AutogradEngine(TorchSteps, CLIP_LO, CLIP_HI)
+    auto = AutogradEngine(fsrs6, CLIP_LO, CLIP_HI)
     data = check_features(8, True)
     rng = np.random.default_rng(3)
     weights = rng.uniform(0.5, 1.5, len(data))

@@ -2,6 +2,7 @@
 user's cache (engine/jit_cache.py), and the ICI's statsmodels loop while its kernel is not compiled."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,19 +17,23 @@ from config import REPO_ROOT, RunConfig
 from engine.jit_cache import Unit
 
 
-PARTS = ["lane kernel part lane_kernels.fsrs6_lanes.group_forward", "lane kernel part lane_kernels.fsrs6_lanes.group_reverse"]
+# a row's units on the compiled engine, its generated modules' names (traced_<hash>, traced_lanes_<hash>) left out
+SHAPE = ["lane kernel part .group_forward", "lane kernel part .group_reverse", "lane kernel ", "engine predictions of ",
+         "engine trainer of "]
 
 
-LOOPS = ["engine predictions of models.fsrs6_kernels", "engine trainer of models.fsrs6_kernels"]
+def shape(label: str) -> str:
+    return re.sub(r"traced(?:_lanes)?_[0-9a-f]+", "", label)
 
 
-def test_fsrs6_units_are_its_lane_kernel_after_its_parts_and_the_engine_loops():
-    """The lane kernel after its two parts, and the engine's predictions and trainer apart, so that two workers
-    compile them side by side; a row that only predicts has the predictions' unit alone."""
-    units = warmup.units(RunConfig(algo="FSRS-6"))
-    assert [u.label for u in units] == PARTS + ["lane kernel lane_kernels.fsrs6_lanes", *LOOPS]
-    assert units[2].after == tuple(PARTS) and all(u.after == () for u in units[:2] + units[3:])
-    assert [u.label for u in warmup.units(RunConfig(algo="FSRS-6", default=True))] == LOOPS[:1]
+@pytest.mark.parametrize("algo", ["FSRS-6", "FSRS-7"])
+def test_units_are_the_lane_kernel_after_its_parts_and_the_engine_loops(algo):
+    """The generated lane kernel after its two parts, and the engine's predictions and trainer apart, so that two
+    workers compile them side by side; a row that only predicts has the predictions' unit alone."""
+    units = warmup.units(RunConfig(algo=algo))
+    assert [shape(u.label) for u in units] == SHAPE
+    assert units[2].after == tuple(u.label for u in units[:2]) and all(u.after == () for u in units[:2] + units[3:])
+    assert [shape(u.label) for u in warmup.units(RunConfig(algo=algo, default=True))] == SHAPE[3:4]
     assert [u.label for u in warmup.units(RunConfig(algo="AVG"))] == ["toy run of AVG"]
 
 
@@ -37,25 +42,23 @@ def test_a_model_whose_toy_run_compiles_long_starts_first(tmp_path, monkeypatch)
     so that a first report does not end with one worker compiling it while the other waits."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # an empty cache: nothing marked done
     cfgs = [RunConfig(algo=a) for a in ("AVG", "FSRS-6", "GRU-P")]
-    assert [u.label for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3, 2.5, 2.5, 1.5 s
-        "toy run of GRU-P", *PARTS, "toy run of AVG", "lane kernel lane_kernels.fsrs6_lanes", LOOPS[1], LOOPS[0]]
+    assert [shape(u.label) for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3, 2.5, 2.5, 1.5 s
+        "toy run of GRU-P", *SHAPE[:2], "toy run of AVG", SHAPE[2], SHAPE[4], SHAPE[3]]
 
 
 @pytest.mark.parametrize("algo", ["FSRS-6", "FSRS-7"])
 def test_after_the_warm_up_a_user_compiles_nothing(tmp_path, algo):
-    """In an empty cache, warm_up builds the row's units on two workers (FSRS-6's: its hand lane kernel's parts, the
-    kernel, the engine loops; FSRS-7's the same of its generated plug-in), and then evaluating a user starts no
-    compilation (the units cover what the row needs), nothing is pending any more, and torch was never imported
-    (FSRS-7's equations traced on engine/torch_standin.py)."""
+    """In an empty cache, warm_up builds the row's units on two workers (its generated lane kernel's parts, the
+    kernel, the engine's loops), and then evaluating a user starts no compilation (the units cover what the row
+    needs), nothing is pending any more, and torch was never imported (the equations traced on
+    engine/torch_standin.py)."""
     code = textwrap.dedent("""
         import sys
         import pipeline, warmup
         from numba.core import event
         from config import EMBEDDED_DATA, RunConfig
         cfg = RunConfig(algo=sys.argv[1], processes=2, quiet=True)
-        if cfg.algo == "FSRS-6":
-            assert sorted(u.label for u in warmup.pending([cfg])) == sorted(
-                LOOPS + ["lane kernel lane_kernels.fsrs6_lanes", *PARTS])
+        assert len(warmup.pending([cfg])) == 5
         warmup.warm_up([cfg], processes=2, quiet=True)
         assert warmup.pending([cfg]) == []
         seen = []
@@ -67,18 +70,10 @@ def test_after_the_warm_up_a_user_compiles_nothing(tmp_path, algo):
         assert outcome.record is not None, outcome
         print(seen, "torch" in sys.modules)
     """)
-    assert _fresh_cache_run(f"PARTS = {PARTS!r}\nLOOPS = {LOOPS!r}\n" + code, tmp_path, algo) == "[] False"
+    assert _fresh_cache_run(code, tmp_path, algo) == "[] False"
 
 
-def test_fsrs7_units_are_its_generated_engines():
-    """FSRS-7's generated plug-in has units like a package model's (its lane kernel after the two parts, the engine
-    loops), not one toy run; a row trained on the autograd engine keeps the toy run."""
-    labels = [u.label for u in warmup.units(RunConfig(algo="FSRS-7"))]
-    assert [label.split(" traced")[0] for label in labels] == [
-        "lane kernel part", "lane kernel part", "lane kernel", "engine predictions of", "engine trainer of"]
-    assert labels[0].endswith(".group_forward") and labels[1].endswith(".group_reverse")
-    default = [u.label for u in warmup.units(RunConfig(algo="FSRS-7", default=True))]
-    assert len(default) == 1 and default[0].startswith("engine predictions of")
+def test_fsrs7_trained_on_the_autograd_engine_has_a_toy_run():
     assert [u.label for u in warmup.units(RunConfig(algo="FSRS-7", trainer="autograd"))] == [
         "toy run of FSRS-7-autograd-trainer"]
 
@@ -220,8 +215,8 @@ def test_the_folder_follows_every_compiled_source_and_old_ones_are_pruned(tmp_pa
                                     check=True).stdout.strip()
     before = digest()
     seen = {before}
-    for edited in ("lowess.py", "models/fsrs6_kernels.py", "engine/seq_engine.py", "neural/gru_kernels.py",
-                   "lane_kernels/fsrs6_lanes.py", "upstream/torch_rng.py"):
+    for edited in ("lowess.py", "models/fsrs6.py", "engine/seq_engine.py", "neural/gru_kernels.py",
+                   "lane_kernels/fsrs_v5_lanes.py", "upstream/torch_rng.py"):
         (copy / edited).write_text((copy / edited).read_text() + "\n# edited\n")
         seen.add(digest())
     assert len(seen) == 7  # every edit, in any of the compiled packages, moved to a new folder

@@ -14,7 +14,9 @@ from models import fsrs_init
 from models.base import InadequateData, ReviewData
 from upstream.training import pad_histories
 from models.fsrs6 import CLIP_HI, CLIP_LO, DEFAULT_W, FSRS6, forgetting_curve
-from upstream.fsrs6_torch import first_state, next_state, stability_sequence
+from models import fsrs6
+from models.fsrs6 import first_state
+from upstream.fsrs6_torch import stability_sequence
 
 W = [0.212, 1.2931, 2.3065, 8.2956, 6.4133, 0.8334, 3.0194, 0.001, 1.8722, 0.1666, 0.796, 1.4835, 0.0614, 0.2629,
      1.6483, 0.6014, 1.8729, 0.5425, 0.0912, 0.0658, 0.1542]
@@ -67,8 +69,8 @@ def simulate(n_cards: int, seed: int = 0, max_reviews: int = 30, same_day_hard: 
                 dt = int(max(1, round(float(s[0]) * rng.uniform(0.3, 3.0))))
                 r = forgetting_curve(dt, float(s[0]), w_true[20])
                 g = int(rng.choice([2, 3, 4], p=[0.15, 0.75, 0.1])) if rng.random() < r else 1
-            s, d = next_state(wt, torch.tensor([float(dt)], dtype=torch.float64),
-                              torch.tensor([float(g)], dtype=torch.float64), s, d)
+            s, d = fsrs6.torch_step(wt, (s, d), torch.tensor([float(dt)], dtype=torch.float64),
+                                    torch.tensor([float(g)], dtype=torch.float64))
             day += dt
             reviews.append((dt, g))
             stamps.append(day * 10 + len(reviews) / 100)
@@ -349,13 +351,13 @@ def test_one_pass_prediction_equals_per_row_recomputation():
     # Every row on its own: its history padded alone (no sharing between rows of a card), all rows at once ...
     lengths = data.rows["seq_pos"].to_numpy()
     t, g = pad_histories(data.seq_delta_t, data.seq_rating, data.rows["seq_start"].to_numpy(), lengths)
-    s_all = stability_sequence(w, torch.tensor(t.T, dtype=torch.float64), torch.tensor(g.T, dtype=torch.float64))
+    s_all = stability_sequence(fsrs6, w, torch.tensor(t.T, dtype=torch.float64), torch.tensor(g.T, dtype=torch.float64))
     s = s_all[torch.tensor(lengths) - 1, torch.arange(len(data))]
     naive = forgetting_curve(torch.tensor(data.rows["delta_t"].to_numpy(), dtype=torch.float64), s, w[20]).numpy()
     # ... and, for some rows, a loop with one row at a time.
     for k in range(0, len(data), 17):
         th, gh = data.history(k)
-        s_k = stability_sequence(w, torch.tensor(th, dtype=torch.float64)[:, None],
+        s_k = stability_sequence(fsrs6, w, torch.tensor(th, dtype=torch.float64)[:, None],
                                  torch.tensor(gh, dtype=torch.float64)[:, None])[-1, 0]
         r_k = float(forgetting_curve(torch.tensor(data.rows["delta_t"].iat[k], dtype=torch.float64), s_k, w[20]))
         assert abs(r_k - naive[k]) < 1e-12
@@ -363,7 +365,7 @@ def test_one_pass_prediction_equals_per_row_recomputation():
     np.testing.assert_allclose(p, naive, atol=1e-12, rtol=0)
     # Upstream's model runs in float32: within ~1e-6 of these float64 predictions.
     w32 = torch.tensor(model.w, dtype=torch.float32)
-    s32 = stability_sequence(w32, torch.tensor(t.T, dtype=torch.float32), torch.tensor(g.T, dtype=torch.float32))
+    s32 = stability_sequence(fsrs6, w32, torch.tensor(t.T, dtype=torch.float32), torch.tensor(g.T, dtype=torch.float32))
     s32 = s32[torch.tensor(lengths) - 1, torch.arange(len(data))]
     p32 = forgetting_curve(torch.tensor(data.rows["delta_t"].to_numpy(), dtype=torch.float32), s32, w32[20]).numpy()
     np.testing.assert_allclose(p, p32, atol=5e-6, rtol=0)

@@ -1,10 +1,11 @@
-"""FSRS-6's compiled trainer: its engine plug-in (models/fsrs6_kernels.py) through models/fsrs6.py's functional API
+"""FSRS-6's compiled trainer: the engine plug-in generated from its torch equations (models/fsrs6.py) through its
 (predict / loss_and_grad / fit), against a float64 torch autograd reference written from the equations, and
 bench/simulate.py."""
 
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,6 @@ import torch
 from bench.simulate import simulate_user
 from features import FeatureConfig, build_features
 from models import fsrs6 as ff
-from models import fsrs6_kernels as fk
 from engine.seq_engine import Cards
 from models.base import ReviewData
 
@@ -51,7 +51,7 @@ def random_w(rng) -> np.ndarray:
 
 def torch_objective(w, w_init, data: ReviewData, weights=None, clamp_grade=3, max_seq_len=None):
     """The objective written straightforwardly: one recurrence from scratch per target row (float64 autograd)."""
-    sigma = torch.tensor(fk.SIGMA, dtype=torch.float64)
+    sigma = torch.tensor(ff.SIGMA, dtype=torch.float64)
     rows = data.rows
     loss = torch.zeros((), dtype=torch.float64)
     preds = []
@@ -140,7 +140,7 @@ def test_loss_and_grad_vs_autograd_random(seed):
     rng = np.random.default_rng(100 + seed)
     data = random_data(seed)
     w = random_w(rng)
-    w_init = ff.clip(ff.DEFAULT_W * np.exp(rng.normal(0, 0.2, 21)))
+    w_init = ff.clip_weights(ff.DEFAULT_W * np.exp(rng.normal(0, 0.2, 21)))
     weights = rng.uniform(0.25, 1.0, len(data))
     loss, grad = ff.loss_and_grad(w, w_init, ff.SIGMA, data, weights)
     ref_loss, ref_grad = torch_loss_grad(w, w_init, data, weights=weights)
@@ -175,7 +175,7 @@ def test_clamped_cases_really_clamp():
     data = random_data(7, n_cards=30, max_len=14)
     k = ff.engine().k
     cards = Cards(data)
-    states = np.zeros((cards.max_n, fk.N_STATE))
+    states = np.zeros((cards.max_n, sys.modules[ff.plugin()].N_STATE))
     seen = set()
     for case in CLAMPED:
         w = np.array(ff.DEFAULT_W)
@@ -191,24 +191,6 @@ def test_clamped_cases_really_clamp():
             seen |= {"d_min"} if (D == 1.0).any() else set()
             seen |= {"d_max"} if (D == 10.0).any() else set()
     assert seen == {"s_min", "s_max", "d_min", "d_max"}
-
-
-def test_precompute_layout():
-    """wc = w followed by the weight-only constants the kernels read, computed here from their definitions."""
-    w = np.array(ff.DEFAULT_W)
-    wc = ff.engine(2).k.precompute(w, np.array([2.0]))
-    np.testing.assert_array_equal(wc[:21], w)
-    f = 0.9 ** (-1 / w[20]) - 1
-    assert wc[fk.C_F] == pytest.approx(f, rel=1e-14)
-    h = 1e-6
-    assert wc[fk.C_DF] == pytest.approx((0.9 ** (-1 / (w[20] + h)) - 0.9 ** (-1 / (w[20] - h))) / (2 * h), rel=1e-7)
-    assert wc[fk.C_D04] == pytest.approx(w[4] - math.exp(3 * w[5]) + 1, rel=1e-14)
-    assert wc[fk.C_E8] == pytest.approx(math.exp(w[8]), rel=1e-14)
-    assert wc[fk.C_EM] == pytest.approx(1 / math.exp(w[17] * w[18]), rel=1e-14)
-    for g in range(1, 5):
-        assert wc[fk.C_SINC + g] == pytest.approx(math.exp(w[17] * (g - 3 + w[18])), rel=1e-14)
-    assert wc[fk.C_FLOOR] == 2.0
-    assert ff.engine().k.precompute(w, np.zeros(0))[fk.C_FLOOR] == fk.FLOOR_GRADE
 
 
 def test_fused_target_loss_equals_bce_of_predictions(user_data):

@@ -20,8 +20,7 @@ from data_loader import load_revlogs
 from features import FeatureConfig, build_features
 from models import fsrs_rs
 from models.base import InadequateData, ReviewData
-from models.fsrs6 import FSRS6, forgetting_curve
-from models.fsrs6_kernels import DEFAULT_W
+from models.fsrs6 import DEFAULT_W, FSRS6, forgetting_curve
 from models.fsrs_rs import FSRSRs, item_reviews, training_items
 from split import time_series_folds
 

@@ -101,19 +101,24 @@ def test_fsrs6_secs_clamps_s_at_1e4():
     assert loss == pytest.approx(loss_ref, rel=1e-12)
     assert np.allclose(grad, grad_ref, rtol=1e-9, atol=1e-9)
     # the trainer's lane kernel, on the same batch
-    from models import fsrs6_kernels as fk
-    from lane_kernels import fsrs6_lanes as fl
-    from engine.lanes import card_items
-    from engine.seq_engine import Cards
+    import sys
 
+    from engine.lanes import card_items
+    from engine.seq_engine import Cards, lane_function
+
+    pm = sys.modules[fsrs6.plugin()]
     cards = Cards(data)
-    wc = fk.precompute(np.array(W6), np.array([3.0, SECS_S_MIN]))
+    opts = np.array([3.0, SECS_S_MIN])
+    wc = pm.precompute(np.array(W6), opts)
     gwc = np.zeros(len(wc))
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    lane_loss = fl.lanes_loss_grad(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt,
-                                   cards.t_y, cards.t_wt, items, np.arange(len(items)), cards.max_n, gwc, True, True)
+    lane_loss = lane_function(pm.LANE_KERNELS)(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos,
+                                               cards.t_dt, cards.t_y, cards.t_wt, items, np.arange(len(items)),
+                                               cards.max_n, gwc, True, True)
+    lane_grad = np.zeros(21)
+    pm.precompute_vjp(np.array(W6), opts, wc, gwc, lane_grad)
     assert lane_loss == pytest.approx(loss_ref, rel=1e-12)
-    assert np.allclose(gwc[:21], grad_ref, rtol=1e-9, atol=1e-9)
+    assert np.allclose(lane_grad, grad_ref, rtol=1e-9, atol=1e-9)
     # day mode clamps at 0.001 (the reference agrees), so card 0's predictions differ
     p_day = fsrs6.engine().predict(W6, data)
     assert np.allclose(p_day, torch_reference(W6, data, 0.001)[0], rtol=1e-12, atol=0)
@@ -159,7 +164,7 @@ def test_s0_fit_secs_has_no_smoothing_and_no_l1():
     ratings are the defaults scaled by S/S_default(Good)."""
     import pandas as pd
 
-    from models.fsrs6_kernels import DEFAULT_W, forgetting_curve
+    from models.fsrs6 import DEFAULT_W, forgetting_curve
     from models.fsrs_init import initialize_s0
 
     d = DEFAULT_W[20]

@@ -14,7 +14,7 @@ What is an edge, from the module that holds it (anywhere in the file: module lev
 - `importlib.import_module("a.b")` with a literal string: an edge to `a.b`.
 
 Not edges: a module name held as data and imported elsewhere by `importlib.import_module(variable)` (the registry's
-"module:Class" strings in models/__init__.py, a model's `kernels = "models.fsrs6_kernels"`, a kernel module's
+"module:Class" strings in models/__init__.py, a model's `kernels = "models.fsrs_v5"`, a kernel module's
 `LANE_KERNELS`, neural_batched's BATCHED): the module that runs the import is the one that receives the name, and
 what it imports is a plug-in it was handed, not a module it depends on (a name held only to hide an import from
 this test would be a cycle all the same: that is for review to refuse). A module importing itself (bench/simulate.py

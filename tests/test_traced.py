@@ -23,11 +23,8 @@ from engine.traced import CompiledOwnEngine, TraceError, compile_module, engine_
 
 
 def _fsrs6():
-    from models.fsrs6 import DEFAULT_W
-    from models.fsrs6_kernels import CLIP_HI, CLIP_LO
-    from upstream.fsrs6_torch import TorchSteps
-
-    return TorchSteps, list(DEFAULT_W), list(CLIP_LO), list(CLIP_HI), True
+    mod = importlib.import_module("models.fsrs6")
+    return mod, list(mod.DEFAULT_W), list(mod.CLIP_LO), list(mod.CLIP_HI), True
 
 
 def _fsrs7():
@@ -127,7 +124,7 @@ def test_short_fit_equals_the_autograd_engine(name, recipe):
     mod, default, lower, upper, short, _, auto = _engines(name)
     train = check_features(8, short).subset(np.arange(1500))
     compiled = CompiledOwnEngine(mod, lower, upper) if hasattr(mod, "DEFAULT_W") else None
-    if compiled is None:  # FSRS-6's TorchSteps namespace and HLR's plug-in carry no DEFAULT_W
+    if compiled is None:  # HLR's plug-in carries no DEFAULT_W
         mod = types.SimpleNamespace(DEFAULT_W=default, **{f: getattr(mod, f"torch_{f}", None) or getattr(mod, f)
                                                           for f in ("init", "step", "curve")})
         compiled = CompiledOwnEngine(mod, lower, upper)

@@ -12,6 +12,7 @@ import upstream.training as training
 from config import RunConfig
 from models.base import InadequateData
 from models.fsrs6 import CLIP_HI, CLIP_LO, FSRS6
+from models import fsrs6
 from upstream.fsrs6_torch import FSRS6Net
 from test_fsrs6 import W, W_OTHER, make_data, simulate
 
@@ -150,7 +151,7 @@ def test_reproducible_and_lowers_objective(sim_data):
     assert res.best_loss < res.eval_losses[0] - 1e-3  # better than the post-S0 weights
     assert res.best_loss == min(res.eval_losses) and res.best_epoch == int(np.argmin(res.eval_losses))
     # The final weights are the checkpoint's: re-evaluating them gives the best loss.
-    net = FSRS6Net(m1.w, m1.w_init)
+    net = FSRS6Net(fsrs6, m1.w, m1.w_init)
     batches = training.make_batches(sim_data, np.ones(len(sim_data)), 512, 64)
     assert training._eval_loss(net, batches, res.n_rows) == pytest.approx(res.best_loss, rel=1e-5)
 
@@ -162,7 +163,7 @@ def test_clipping_holds_after_every_step(sim_data):
             assert np.all(w >= np.array(CLIP_LO, np.float32)) and np.all(w <= np.array(CLIP_HI, np.float32))
             return super().forward_batch(batch)
 
-    net = Checked(W)
+    net = Checked(fsrs6, W)
     net.make_optimizer = lambda lr: torch.optim.Adam(net.parameters(), lr=0.5)  # big steps hit the bounds
     training.train(net, sim_data, _cfg(batch_size=128, n_epoch=2))
     w = net.w.detach().numpy()
