@@ -73,6 +73,14 @@ clearly faster in a cost-only mock-up on this noisy machine).
 
 The card layout is card_net.CardSet.layout() (neural/card_fit.py describes it). Parameters are passed flat
 (w_ih, w_hh, b_ih, b_hh, fc_w, fc_b concatenated; `unflatten` makes the views).
+
+Why hand-written, not generated (issue #39): engine/traced.py generates a plug-in, its gradient and its lanes from a
+recurrence of a few floats per card written in torch (init / step / curve, FSRS v1-v6, FSRS-7, SBD); a network's state
+is a vector and its step matrix products (torch.stack, @, nn modules), which the tracer does not record (TraceError:
+"torch op stack is not traced"), so there is nothing generated to compare. The network is written in torch once more
+as the reference (neural/gru_torch.py), which tests/test_gru_lockstep.py holds this kernel equal to, and which the
+`--trainer upstream` path runs; the speed this kernel buys over it is measured above (and docs/speed.md: GRU-P 32x
+upstream's own code on 36 users).
 """
 
 from __future__ import annotations

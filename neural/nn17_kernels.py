@@ -14,6 +14,13 @@ Tested equal to the torch path (NN17Net.forward_batch under autograd) in tests/t
 Parameters are flat in NN17Net.parameters() order: S0[4], D0[4], sinc_w[3], then the five MLPs
 Linear(n→1) → Mish → Linear(1→1), each stored as (w1[n], b1, w2, b2): rw (n = 3), next_d (3), pls (2), sinc (3),
 best_sinc (2) — 39 numbers.
+
+Why hand-written, not generated (issue #39): NN-17's state is a few floats per card and its MLPs have one unit, so
+engine/traced.py could trace its step written as a torch init / step / curve; but it is trained as the networks are
+(neural/card_fit.py: AdamW's decoupled weight decay, gradient-norm clipping), a recipe the generated plug-in's trainer
+does not run (engine/traced.recipe_runs_compiled: AdamW stays on the autograd engine), and its torch module
+(neural/nn17_torch.py, the `--trainer upstream` path and the reference tests/test_nn17_compiled.py holds this kernel
+equal to) is written with nn.Linear layers. Generating card_fit's card_loss from one definition is left.
 """
 
 from __future__ import annotations
