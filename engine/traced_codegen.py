@@ -472,10 +472,19 @@ def _torch_function(func, args, kwargs):
         if name.startswith("f"):
             raise TraceError(f"torch.{name}")
         return _minmax(name, args[0], args[1])
+    if name in ("max", "min") and len(args) == 2 and not kwargs and not _is_number(args[1]):
+        # torch.max(a, b) of two tensors is torch.maximum, forward and backward (a tie splits the gradient)
+        return _minmax("maximum" if name == "max" else "minimum", args[0], args[1])
     if name == "where" and len(args) == 3:
         return _where(*args)
     if name == "relu" and len(args) == 1 and not kwargs:
         return _relu(args[0])
+    if name == "leaky_relu" and len(args) in (1, 2) and set(kwargs) <= {"negative_slope", "inplace"}:
+        slope = kwargs.get("negative_slope", args[1] if len(args) > 1 else 0.01)
+        if not _is_number(slope) or kwargs.get("inplace"):
+            raise TraceError("leaky_relu in place or with a traced slope")
+        # torch's kernel: x > 0 ? x : x·slope, and its backward grad or grad·slope on the same test (NaN: x·slope)
+        return _where(_binary("gt", args[0], 0), args[0], _binary("mul", args[0], float(slope)))
     if name in ("__and__", "logical_and", "bitwise_and"):
         return _logical("and", args[0], args[1])
     if name in ("__or__", "logical_or", "bitwise_or"):

@@ -253,6 +253,20 @@ def test_shared_log_and_exp_rewrites_equal_torch_autograd(prev, w):
         _vjp_vs_torch(step, w, prev, 0.5, g, [1.0, 0.75], rtol=1e-14)
 
 
+@pytest.mark.parametrize("prev", [[1.5, 2.0], [1.0, 1.0], [0.25, 3.0], [-2.0, -2.0], [2.0, 0.5]])
+@pytest.mark.parametrize("w", [[0.5, 2.0, 1.0], [2.0, 0.5, -1.0], [1.0, 1.0, 0.0]])
+def test_leaky_relu_and_max_of_two_tensors_equal_torch_autograd(prev, w):
+    """leaky_relu (its default slope and another, x at 0, below and above) and torch.max / torch.min of two tensors,
+    ties included (the gradient split in halves), as Anki's interval floor uses them (models/anki.py)."""
+    def step(w, s, t, g):
+        x, y = s
+        a = torch.max(torch.nn.functional.leaky_relu(x - 1) + 1, x * w[0])
+        b = torch.min(torch.nn.functional.leaky_relu(y * w[1] - 1, negative_slope=0.2), x) + w[2] * y
+        return a, b
+    for g in (1, 3):
+        _vjp_vs_torch(step, w, prev, 0.5, g, [1.0, 0.75], rtol=1e-14)
+
+
 # ------------------------------------------------------------------------------- refusals and the fallback
 @pytest.mark.parametrize("body, op", [
     ("return (torch.cumsum(w[0] * t, 0),)", "cumsum"),
