@@ -434,7 +434,13 @@ def _gather(idx: Proxy, elems: list) -> Proxy:
     return g.add("gather", (idx.id,) + tuple(e.id for e in elems), None, dtype, 2 if idx.prio == 2 else 1)
 
 
-def _full_like(x, value) -> Proxy:
+def _full_like(x, value, dtype=None) -> Proxy:
+    """torch.full_like(x, value[, dtype]): x's dtype (a Python number's, torch's promotion, for an integer x), or
+    `dtype` when given (float64 only: SM2-trainable's zeros_like(g, dtype=w.dtype))."""
+    if dtype is not None:
+        if _kind_of(dtype) != "f8":
+            raise TraceError(f"{dtype} made by full_like / zeros_like / ones_like (only float64 is traced)")
+        return x.graph.const(float(value), x.prio, "f8")
     return _as_proxy(_graph_of(x), value) if x.kind != "f8" else x.graph.const(float(value), x.prio, "f8")
 
 
@@ -489,10 +495,11 @@ def _torch_function(func, args, kwargs):
         return _logical("and", args[0], args[1])
     if name in ("__or__", "logical_or", "bitwise_or"):
         return _logical("or", args[0], args[1])
-    if name in ("zeros_like", "ones_like") and len(args) == 1 and isinstance(args[0], Proxy):
-        return _full_like(args[0], 0.0 if name == "zeros_like" else 1.0)
-    if name == "full_like" and len(args) == 2 and isinstance(args[0], Proxy):
-        return _full_like(args[0], args[1])
+    if name in ("zeros_like", "ones_like") and len(args) == 1 and isinstance(args[0], Proxy) \
+            and set(kwargs) <= {"dtype"}:
+        return _full_like(args[0], 0.0 if name == "zeros_like" else 1.0, kwargs.get("dtype"))
+    if name == "full_like" and len(args) == 2 and isinstance(args[0], Proxy) and set(kwargs) <= {"dtype"}:
+        return _full_like(args[0], args[1], kwargs.get("dtype"))
     if name == "__getitem__" and _is_tensor(args[0]) and isinstance(args[1], Proxy):
         table = args[0]
         if table.dim() != 1:

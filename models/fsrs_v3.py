@@ -20,8 +20,7 @@ trainer's batches run on, 8 cards side by side), the lower clamp of S a run-time
 --secs 1e-4); the upstream-style trainer steps the same functions in torch. Until 29 Nov 2026 v2 and v3 had
 hand-written numba steps, VJPs and lanes (lane_kernels/fsrs_legacy_lanes.py, one kernel for v1-v3); the generated
 ones give the same result lines on data/embedded and upstream-check (day mode and --secs) at the same speed
-(generated / hand lane kernel 0.99x, bench/bench_generated_lanes.py); so does v1 (fsrs_v1.py). The numba curve below
-is Anki's and SM2-trainable's.
+(generated / hand lane kernel 0.99x, bench/bench_generated_lanes.py); so does v1 (fsrs_v1.py).
 
 Upstream quirk reproduced (all three versions): the trained weights are returned through the model's
 `state_dict()`, which rounds every weight to 4 decimals, and the test predictions use those rounded weights
@@ -32,41 +31,15 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
 
 from models.fsrs_init import SECS_S_MIN
-from engine.jit import inlined
 from engine.kernel_math import LEGACY_S_MIN
 from engine.seq_model import SeqModel
 
 S_MIN = LEGACY_S_MIN  # 0.01; upstream's --secs: 1e-4 (the plug-in's run-time option)
 RUN_OPTIONS = ("S_MIN",)  # the generated plug-in's run-time options (engine/traced.py): FSRSLegacy.engine_opts
 S_MAX = 36500.0
-LN09 = math.log(0.9)
-
-
-# ------------------------------------------------------ the 0.9^{t/S} curve in numba (Anki's and SM2-trainable's plug-ins)
-
-@inlined
-def exp_curve(s, t):
-    """R = 0.9^{t/S}."""
-    return math.exp(LN09 * t / s)
-
-
-@inlined
-def exp_curve_ds(r, s, t):
-    """dR/dS of 0.9^{t/S}."""
-    return -r * LN09 * t / (s * s)
-
-
-@njit(cache=True)
-def curve(w, state, t):
-    return exp_curve(state[0], t)
-
-
-@njit(cache=True)
-def curve_vjp(w, state, t, gp, gstate, gw):
-    gstate[0] += gp * exp_curve_ds(exp_curve(state[0], t), state[0], t)
+LN09 = math.log(0.9)  # Anki's and SM2-trainable's curve: exp(LN09 · t/ivl)
 
 
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)

@@ -275,6 +275,7 @@ def test_leaky_relu_and_max_of_two_tensors_equal_torch_autograd(prev, w):
     ("return (state[0] + g * 0.5,)", "float32"),
     ("return (state[0] * torch.where(g > 1, 1.0, 0.3),)", "float32"),
     ("return (w[0] * g.float() + state[0],)", "float32"),
+    ("return (state[0] + torch.zeros_like(g, dtype=torch.float32),)", "float32"),
 ])
 def test_untraceable_ops_raise_trace_error_naming_the_op(body, op):
     src = f"def step(w, state, t, g):\n    {body}\n"
