@@ -154,6 +154,8 @@ def instantiate(model_module: str, fallback: bool = False):
     else:
         source = _cut(source, _CUSTOM_BEGIN, _CUSTOM_END)
         names += ["init", "step", "curve", "init_vjp", "step_vjp", "curve_vjp"]
+        if hasattr(model, "step_value"):  # a step for predictions: the new state alone (engine/traced_codegen.py)
+            names.append("step_value")
         if hasattr(model, "target_loss_vjp"):
             source = _cut(source, _TARGET_BEGIN, _TARGET_END)
             names += ["target_loss", "target_loss_vjp"]
@@ -176,6 +178,8 @@ def instantiate(model_module: str, fallback: bool = False):
     binding = f"from {model_module} import {', '.join(names)}"
     if not hasattr(model, "N_ADJ"):
         binding += "\nN_ADJ = N_STATE"
+    if not hasattr(model, "card_loss_grad") and not hasattr(model, "step_value"):
+        binding += "\nstep_value = step"
     if not hasattr(model, "precompute"):  # the stub's no-op defaults: wc is w, gw += gwc
         binding += "\nfrom engine.seq_model_stub import precompute, precompute_vjp"
     binding += f"\nfrom {model_module if hasattr(model, 'project') else 'engine.seq_model_stub'} import project"

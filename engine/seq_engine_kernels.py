@@ -187,9 +187,12 @@ def tree_loss_grad(w, opts, parent, node_t, node_g, fused_y, fused_wt, grp_node,
 
 @njit(cache=True)
 def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    """out[j] = P(recall) of each target of the card (one forward pass)."""
+    """out[j] = P(recall) of each target of the card (one forward pass, by step_value: the plug-in's step for
+    predictions when it has one, which writes the state alone, else its step)."""
     states = buf[0]
-    forward_card(w, seq_dt, seq_g, start, n, states)
+    init(w, seq_g[start], seq_dt[start], states[0])
+    for k in range(1, n):
+        step_value(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
     for j in range(tb, te):
         out[j] = curve(w, states[t_pos[j] - 1], t_dt[j])
 

@@ -33,6 +33,10 @@ objective passes through them (card by card where they return NaN); predictions 
 several plug-ins: lane_kernels/fsrs_v5_lanes.py). Why: a scalar step is bound by one libm
 call at a time; side by side, exp and log vectorise (engine/traced_lanes.py, lane_kernels/fsrs_v5_lanes.py).
 
+A step for predictions (optional): `step_value(w, prev, t, g, out)`, the same new state as `step` in
+out[:N_ADJ], and nothing it keeps for step_vjp; predictions step with it (the generated plug-ins' computes only
+the side of each where its condition takes). Without it, predictions use `step`.
+
 Arguments: w — float64 parameter vector; g — integer grade 1..4 of the review; t — float64 elapsed days before
 the review (0 for a first review) or, in `curve`, before the target; state/prev/new — float64 arrays of length
 N_STATE. Every *_vjp receives the adjoint of its output and ADDS the parameter adjoint into gw.

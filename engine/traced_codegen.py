@@ -1126,6 +1126,64 @@ def hoisted_of(traces: dict) -> list[int]:
     return _hoisted(traces["init"].graph.nodes, [traces[name].outputs for name in ("init", "step", "curve")])
 
 
+def _reach(nodes, roots, within: set, leaves, cut: tuple | None = None) -> set:
+    """The nodes of `within` that `roots` read, directly or through others (a leaf, a value read from wc, is read,
+    not computed); `cut` = (node, i): not through that node's i-th argument."""
+    seen: set = set()
+    stack = [k for k in roots if k in within]
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k in leaves:
+            continue
+        stack.extend(j for i, j in enumerate(nodes[k][1]) if j in within and (cut is None or cut != (k, i)))
+    return seen
+
+
+def _lazy_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict) -> list[str]:
+    """A forward function's lines computing only the side of a where its condition takes, where a side alone reads
+    an exp, a log or a power (`if c:` ... `else:` ...): what predictions need, and no more. torch.where computes both
+    sides, and so do step (its VJP reads the untaken side's values, whose adjoint is 0) and the lanes (branches as
+    selects); a prediction needs the taken side only (FSRS-6: ~5 exp / log a review instead of 12). The same
+    expressions as _forward_lines, so the values are the same to the bit."""
+    nodes = tr.graph.nodes
+
+    def costly(k):
+        op, _, attr, _, _ = nodes[k]
+        return k not in leaves and (op in _TRANSCENDENTAL or (op == "powc" and "**" in _pow_const("x", float(attr))))
+
+    def block(roots: list[int], within: set) -> list[str]:
+        need = _reach(nodes, roots, within, leaves)
+        lazy, deferred = {}, set()
+        for k in reversed([k for k in order if k in need]):  # the outermost where first
+            op, args, _, dtype, _ = nodes[k]
+            if k in deferred or op != "where" or dtype != "f8" or any(nodes[a][3] != "f8" for a in args[1:]):
+                continue
+            sides = [_reach(nodes, [a], need, leaves) - _reach(nodes, roots, need, leaves, (k, i))
+                     for i, a in ((1, args[1]), (2, args[2]))]
+            if any(costly(j) for side in sides for j in side):
+                lazy[k] = sides
+                deferred |= sides[0] | sides[1]
+        lines, run = [], []
+        for k in order:
+            if k not in need or k in deferred:
+                continue
+            if k not in lazy:
+                run.append(k)
+                continue
+            lines += _forward_lines(tr, run, inputs, leaves)
+            run = []
+            c, a1, a2 = nodes[k][1]
+            for head, a, side in ((f"    if v{c}:", a1, lazy[k][0]), ("    else:", a2, lazy[k][1])):
+                lines.append(head)
+                lines += ["    " + line for line in block([a], side) + [f"    v{k} = v{a}"]]
+        return lines + _forward_lines(tr, run, inputs, leaves)
+
+    return block(list(tr.outputs), set(order))
+
+
 def _plan(traces: dict, hoist: list[int] | None = None):
     """What every generated function shares: the hoisted weight-only nodes (wc[N_W:]; `hoist` when given, as the
     lanes' rewritten graph passes them), how a function reads them (leaves), each function's nodes in order (init,
@@ -1173,6 +1231,9 @@ def generate(traces: dict, source: str = "a model file", lane_module: str | None
             store = [f"    out[{i}] = v{o}" for i, o in enumerate(tr.outputs)]
             store += [f"    out[{n_state + i}] = {v}" for i, v in enumerate(stash[name])]
         parts.append(_function(name, params, fwd + store))
+        if name == "step":  # the predictions' step: the new state alone, each where's taken side alone
+            parts.append(_function("step_value", params, _lazy_lines(tr, order, inputs, leaves)
+                                   + [f"    out[{i}] = v{o}" for i, o in enumerate(tr.outputs)]))
         if kept:  # the VJP reads the forward's transcendental values back from the state it wrote
             fwd = _forward_lines(tr, order, inputs, leaves, {v: f"{kept}[{n_state + i}]"
                                                              for i, v in enumerate(stash[name])})

@@ -30,10 +30,10 @@ lines for all 17 FSRS-6 rows (FSRS-rs and FSRS-6-one-step included) on data/embe
 side by side against the hand ones (29 Nov 2026, this 2-core machine):
 - the lane kernel, loss and gradient over 20,000 random cards: 1.04x the hand kernel's time
   (bench/bench_generated_lanes.py, 15 pairs), loss equal, gradient within 1.4e-15;
-- a 100k-review user's fit (bench/bench_fsrs6.py, best of 5): 0.024-0.025 s against 0.022 s (fsrs-rs-python:
-  0.15 s); a forward pass over its training rows 9.2 ms against 6-7 ms: the generated step computes every side of
-  each torch.where (12 exp / log a review, the hand step only its branch's), which the lanes need and predictions
-  do not (left: a scalar step that computes the taken side alone);
+- a 100k-review user's fit (bench/bench_fsrs6.py, best of 5, two runs each): 0.025 / 0.026 s against 0.024 s
+  (fsrs-rs-python: 0.15-0.16 s); a forward pass over its training rows 6.4 / 7.2 ms against 6.5 / 8.3 ms, since
+  predictions step with the generated `step_value`, which computes only the side of each torch.where its condition
+  takes (~5 exp / log a review, as the hand step did; `step` computes all 12, for its VJP; 9.2 ms before);
 - `python script.py` warm 1.02x (farm-bench, 7 pairs); from an empty cache 5.59 s against 5.21 s with the hand
   kernels (3 pairs; CPU 9.0 against 8.8 s) and 5.81 s for the code of the day before (the hand kernels, the engine's
   loops one unit): the generated code's compile time was brought close first (docs/first-run.md).
