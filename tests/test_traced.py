@@ -405,3 +405,36 @@ def test_fsrs7_trains_on_its_traced_plugin_unless_told_otherwise():
     f7 = importlib.import_module("models.fsrs7")
     assert isinstance(f7._engine(RunConfig(algo="FSRS-7")), CompiledOwnEngine)
     assert isinstance(f7._engine(RunConfig(algo="FSRS-7", trainer="autograd")), AutogradEngine)
+
+
+@pytest.mark.parametrize("row", ["FSRS-6", "FSRS-7", "Anki", "FSRSv3"])
+def test_step_value_is_the_steps_state_to_the_bit_and_skips_the_untaken_side(row):
+    """step_value, the predictions' step, computes only the side of a where its condition takes; its new state is
+    step's bit for bit, over every grade, same-day and long intervals and states at and past the clamps; and for
+    FSRS-6 it has an `if` per lazy where (same-day / recall / lapse) while step has none."""
+    import inspect
+
+    import models
+
+    module = importlib.import_module(models.REGISTRY[row].partition(":")[0])
+    if row in ("FSRS-6", "FSRS-7"):
+        pm = sys.modules[module.plugin() if row == "FSRS-6" else compile_module(module)]
+        w = np.array(module.DEFAULT_W, dtype=np.float64)
+    else:
+        model = models.create(RunConfig(algo=row))
+        pm, w = sys.modules[model.plugin()], np.array(model.default_w, dtype=np.float64)
+    n = pm.N_ADJ
+    rng = np.random.default_rng(5)
+    wc = pm.precompute(w, np.zeros(0)) if hasattr(pm, "precompute") else w
+    for _ in range(400):
+        prev = np.zeros(pm.N_STATE)
+        prev[:n] = rng.choice([0.001, 0.01, 0.5, 1.0, 3.0, 9.9, 50.0, 36500.0], n)
+        t = float(rng.choice([0.0, 0.3, 1.0, 4.0, 365.0, 20000.0]))
+        g = int(rng.integers(1, 5))
+        a, b = np.zeros(pm.N_STATE), np.zeros(pm.N_STATE)
+        pm.step(wc, prev, t, g, a)
+        pm.step_value(wc, prev, t, g, b)
+        assert a[:n].tobytes() == b[:n].tobytes(), (prev, t, g)
+    if row == "FSRS-6":
+        assert inspect.getsource(pm.step_value.py_func).count(" if v") >= 2
+        assert " if v" not in inspect.getsource(pm.step.py_func).replace(" if (", "")
