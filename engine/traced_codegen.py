@@ -762,7 +762,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
         op, args, attr, dtype, _ = nodes[k]
         a = [f"v{j}" for j in args]
 
-        def pick(cond, x, y):  # x if cond else y: one select of two floats (engine/kernel_math.select)
+        def pick(cond, x, y, dtype=dtype):  # x if cond else y: one select of two floats (engine/kernel_math.select)
             return f"select({cond}, {x}, {y})" if dtype == "f8" else f"{x} if ({cond}) else {y}"
 
         guards = _guard_conditions(nodes, k) if lanes and f"v{k}" not in reads else []
@@ -953,7 +953,8 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
             g = terms[0]
         else:
             g = f"a{k}"
-            lines.append(f"    {g} = " + " + ".join((["0.0"] if lanes or not terms else []) + [f"({e})" for e in terms]))
+            zero = ["0.0"] if lanes or not terms else []
+            lines.append(f"    {g} = " + " + ".join(zero + [f"({e})" for e in terms]))
 
         def add(j, expr):
             if j in act:
