@@ -15,10 +15,11 @@ import pytest
 from numba import njit
 
 from models import fsrs6 as ff
-from engine.seq_engine import LR, SEED, Cards, SeqEngine, lane_function
+from engine.seq_engine import LR, SEED, Cards, SeqEngine
 from engine.vec_math import log1, log1p1
 from tests.test_fsrs6_fast import CLAMPED, random_data, random_w
-from lane_code import assert_gradient_is_central_differences, fresh_compile, lane_code, scalar_plugin
+import lane_code
+from lane_code import assert_gradient_is_central_differences, fresh_compile, scalar_plugin
 from engine.lanes import card_items
 
 
@@ -90,40 +91,15 @@ def test_log1p_within_one_ulp_of_libm():
 
 # ------------------------------------------------------------------------------------------------ the lane kernel
 
-def plugin():
-    """FSRS-6's generated plug-in (models/fsrs6.py's equations)."""
-    return sys.modules[ff.plugin()]
-
-
-def lanes():
-    """Its generated lane kernel."""
-    return lane_function(plugin().LANE_KERNELS)
-
-
 def lane_loss_grad(w, data, weights=None, floor_grade=3, want_loss=True, want_grad=True):
-    """(loss, gradient of w) of the lane kernel over all of data's cards in one batch (no prior)."""
-    cards = Cards(data, weights)
-    w = np.asarray(w, dtype=np.float64)
-    opts = np.array([float(floor_grade)])
-    wc = plugin().precompute(w, opts)
-    gwc = np.zeros(len(wc))
-    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    loss = lanes()(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos, cards.t_dt, cards.t_y, cards.t_wt,
-                   items, np.arange(len(items)), cards.max_n, gwc, want_loss, want_grad)
-    grad = np.zeros(21)
-    if want_grad:
-        plugin().precompute_vjp(w, opts, wc, gwc, grad)
-    return loss, grad
+    """(loss, gradient of w) of FSRS-6's generated lane kernel over all of data's cards in one batch (no prior)."""
+    return lane_code.lane_loss_grad(ff.plugin(), w, data, np.array([float(floor_grade)]), weights, want_loss,
+                                    want_grad)[:2]
 
 
 def scalar_loss_grad(w, data, weights=None, floor_grade=3):
     """The same through the engine's scalar card loop."""
-    eng = ff.engine(floor_grade)
-    cards = Cards(data, weights)
-    grad = np.zeros(21)
-    loss = eng.k.loss_grad_cards(np.asarray(w, dtype=np.float64), eng.opts, *cards.args(), cards.t_y, cards.t_wt,
-                                 cards.max_n, grad)
-    return loss, grad
+    return lane_code.scalar_loss_grad(ff.plugin(), w, data, np.array([float(floor_grade)]), weights)
 
 
 def _assert_close_to_scalar(w, data, weights=None, floor_grade=3):
@@ -256,11 +232,11 @@ def test_fit_with_lanes_follows_the_scalar_fit(tmp_path, monkeypatch):
 def test_lane_loops_vectorise_without_libm_calls():
     """The forward and reverse lane loops compile to AVX2 vector code (divisions as vdivpd) with no call to exp or
     log (a fresh, uncached compile: numba shows no assembly for cached code)."""
-    fresh = fresh_compile(lanes(), error_model="numpy")
+    fresh = fresh_compile(lane_code.plugin_lanes(ff.plugin()), error_model="numpy")
     data = random_data(1, n_cards=9)
     cards = Cards(data)
-    wc = plugin().precompute(np.array(ff.DEFAULT_W), np.array([3.0]))
+    wc = sys.modules[ff.plugin()].precompute(np.array(ff.DEFAULT_W), np.array([3.0]))
     items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    llvm_ir, asm = lane_code(fresh, wc, cards, items)
+    llvm_ir, asm = lane_code.lane_code(fresh, wc, cards, items)
     assert len(re.findall(r"vdivpd", asm)) >= 15  # the forward's and the reverse's divisions, 4 lanes each
     assert not re.findall(r"@(?:exp|log|log1p|expm1|pow)\b", llvm_ir)

@@ -101,22 +101,9 @@ def test_fsrs6_secs_clamps_s_at_1e4():
     assert loss == pytest.approx(loss_ref, rel=1e-12)
     assert np.allclose(grad, grad_ref, rtol=1e-9, atol=1e-9)
     # the trainer's lane kernel, on the same batch
-    import sys
+    from lane_code import lane_loss_grad
 
-    from engine.lanes import card_items
-    from engine.seq_engine import Cards, lane_function
-
-    pm = sys.modules[fsrs6.plugin()]
-    cards = Cards(data)
-    opts = np.array([3.0, SECS_S_MIN])
-    wc = pm.precompute(np.array(W6), opts)
-    gwc = np.zeros(len(wc))
-    items = card_items(cards.c_start, cards.c_n, cards.c_tb, cards.c_te)
-    lane_loss = lane_function(pm.LANE_KERNELS)(wc, cards.seq_dt, cards.seq_g, cards.c_start, cards.t_pos,
-                                               cards.t_dt, cards.t_y, cards.t_wt, items, np.arange(len(items)),
-                                               cards.max_n, gwc, True, True)
-    lane_grad = np.zeros(21)
-    pm.precompute_vjp(np.array(W6), opts, wc, gwc, lane_grad)
+    lane_loss, lane_grad, _ = lane_loss_grad(fsrs6.plugin(), W6, data, np.array([3.0, SECS_S_MIN]))
     assert lane_loss == pytest.approx(loss_ref, rel=1e-12)
     assert np.allclose(lane_grad, grad_ref, rtol=1e-9, atol=1e-9)
     # day mode clamps at 0.001 (the reference agrees), so card 0's predictions differ
