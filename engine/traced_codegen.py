@@ -437,11 +437,11 @@ def _gather(idx: Proxy, elems: list) -> Proxy:
 def _full_like(x, value, dtype=None) -> Proxy:
     """torch.full_like(x, value[, dtype]): x's dtype (a Python number's, torch's promotion, for an integer x), or
     `dtype` when given (float64 only: SM2-trainable's zeros_like(g, dtype=w.dtype))."""
-    if dtype is not None:
-        if _kind_of(dtype) != "f8":
-            raise TraceError(f"{dtype} made by full_like / zeros_like / ones_like (only float64 is traced)")
-        return x.graph.const(float(value), x.prio, "f8")
-    return _as_proxy(_graph_of(x), value) if x.kind != "f8" else x.graph.const(float(value), x.prio, "f8")
+    if dtype is not None and _kind_of(dtype) != "f8":
+        raise TraceError(f"{dtype} made by full_like / zeros_like / ones_like (only float64 is traced)")
+    if dtype is None and x.kind != "f8":
+        return _as_proxy(_graph_of(x), value)
+    return x.graph.const(float(value), x.prio, "f8")
 
 
 _UNARY_FUNCS = {"exp", "log", "log1p", "sqrt", "sigmoid", "tanh", "abs", "neg", "negative"}
@@ -661,18 +661,26 @@ def _pow_quotient(v: str, x: str, fallback: str) -> str:
             f"else {fallback})")
 
 
-def _needed(nodes, outputs, leaves=()) -> list[int]:
-    """Ids of the nodes the outputs depend on, in topological (creation) order (`leaves` are read, not computed)."""
-    need = set()
-    stack = list(outputs)
+def _reach(nodes, roots, leaves=(), within: set | None = None, cut: tuple | None = None) -> set:
+    """The nodes `roots` read, directly or through others (a leaf, a value read from wc, is read, not computed);
+    `within`: only those nodes; `cut` = (node, i): not through that node's i-th argument."""
+    seen: set = set()
+    stack = [k for k in roots if within is None or k in within]
     while stack:
         k = stack.pop()
-        if k in need:
+        if k in seen:
             continue
-        need.add(k)
-        if k not in leaves:
-            stack.extend(nodes[k][1])
-    return sorted(need)
+        seen.add(k)
+        if k in leaves:
+            continue
+        stack.extend(j for i, j in enumerate(nodes[k][1])
+                     if (within is None or j in within) and (cut is None or cut != (k, i)))
+    return seen
+
+
+def _needed(nodes, outputs, leaves=()) -> list[int]:
+    """Ids of the nodes the outputs depend on, in topological (creation) order (`leaves` are read, not computed)."""
+    return sorted(_reach(nodes, outputs, leaves))
 
 
 def _hoisted(nodes, functions: list[list[int]]) -> list[int]:
@@ -1104,10 +1112,16 @@ def _function(name: str, params: str, body: list[str]) -> str:
 _TRANSCENDENTAL = {"exp", "log", "log1p", "sqrt", "sigmoid", "tanh", "pow", "rpowc", "logaddexp", "softplus"}
 
 
+def _libm(nodes, k: int) -> bool:
+    """Node k's value costs a libm call (a power by a constant other than 1, 2, 3, -1, -2 included): what init and
+    step keep for their VJPs, and what makes a where's side worth leaving uncomputed (_lazy_lines)."""
+    op, _, attr, _, _ = nodes[k]
+    return op in _TRANSCENDENTAL or (op == "powc" and float(attr) not in (1.0, 2.0, 3.0, -1.0, -2.0))
+
+
 def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
     """The float64 transcendental values a forward function computes (hoisted ones excluded), by variable name:
     init and step write them into state[n_state:] and their VJPs read them back instead of calling libm again."""
-    cheap_pow = (1.0, 2.0, 3.0, -1.0, -2.0)
     names = []
     for k in order:
         op, args, attr, dtype, _ = nodes[k]
@@ -1117,7 +1131,7 @@ def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
             names.append(f"l{args[0]}")
         if op in _WITH_EXP:
             names.append(f"e{k}")
-        if op in _TRANSCENDENTAL or (op == "powc" and float(attr) not in cheap_pow):
+        if _libm(nodes, k):
             names.append(f"v{k}")
     return names
 
@@ -1125,22 +1139,6 @@ def _stashed(nodes, order: list[int], leaves: dict) -> list[str]:
 def hoisted_of(traces: dict) -> list[int]:
     """The traced model's hoisted weight-only nodes, in wc's order (wc[N_W:], the plug-in's precompute)."""
     return _hoisted(traces["init"].graph.nodes, [traces[name].outputs for name in ("init", "step", "curve")])
-
-
-def _reach(nodes, roots, within: set, leaves, cut: tuple | None = None) -> set:
-    """The nodes of `within` that `roots` read, directly or through others (a leaf, a value read from wc, is read,
-    not computed); `cut` = (node, i): not through that node's i-th argument."""
-    seen: set = set()
-    stack = [k for k in roots if k in within]
-    while stack:
-        k = stack.pop()
-        if k in seen:
-            continue
-        seen.add(k)
-        if k in leaves:
-            continue
-        stack.extend(j for i, j in enumerate(nodes[k][1]) if j in within and (cut is None or cut != (k, i)))
-    return seen
 
 
 def _lazy_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict) -> list[str]:
@@ -1151,20 +1149,16 @@ def _lazy_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict) -> list
     expressions as _forward_lines, so the values are the same to the bit."""
     nodes = tr.graph.nodes
 
-    def costly(k):
-        op, _, attr, _, _ = nodes[k]
-        return k not in leaves and (op in _TRANSCENDENTAL or (op == "powc" and "**" in _pow_const("x", float(attr))))
-
     def block(roots: list[int], within: set) -> list[str]:
-        need = _reach(nodes, roots, within, leaves)
+        need = _reach(nodes, roots, leaves, within)
         lazy, deferred = {}, set()
         for k in reversed([k for k in order if k in need]):  # the outermost where first
             op, args, _, dtype, _ = nodes[k]
             if k in deferred or op != "where" or dtype != "f8" or any(nodes[a][3] != "f8" for a in args[1:]):
                 continue
-            sides = [_reach(nodes, [a], need, leaves) - _reach(nodes, roots, need, leaves, (k, i))
+            sides = [_reach(nodes, [a], leaves, need) - _reach(nodes, roots, leaves, need, (k, i))
                      for i, a in ((1, args[1]), (2, args[2]))]
-            if any(costly(j) for side in sides for j in side):
+            if any(_libm(nodes, j) and j not in leaves for side in sides for j in side):
                 lazy[k] = sides
                 deferred |= sides[0] | sides[1]
         lines, run = [], []
