@@ -186,13 +186,20 @@ def tree_loss_grad(w, opts, parent, node_t, node_g, fused_y, fused_wt, grp_node,
 
 
 @njit(cache=True)
-def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
-    """out[j] = P(recall) of each target of the card (one forward pass, by step_value: the plug-in's step for
-    predictions when it has one, which writes the state alone, else its step)."""
-    states = buf[0]
+def forward_values(w, seq_dt, seq_g, start, n, states):
+    """states[k][:N_ADJ] = state after review k of the card, by step_value: the plug-in's step for what reads the
+    states alone (predictions, a loss without gradient) when it has one, which writes nothing for step_vjp and
+    computes only the side of each where its condition takes; else its step."""
     init(w, seq_g[start], seq_dt[start], states[0])
     for k in range(1, n):
         step_value(w, states[k - 1], seq_dt[start + k], seq_g[start + k], states[k])
+
+
+@njit(cache=True)
+def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
+    """out[j] = P(recall) of each target of the card (one forward pass)."""
+    states = buf[0]
+    forward_values(w, seq_dt, seq_g, start, n, states)
     for j in range(tb, te):
         out[j] = curve(w, states[t_pos[j] - 1], t_dt[j])
 
@@ -201,7 +208,7 @@ def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_dt, tb, te, buf, out):
 def card_loss(w, seq_dt, seq_g, start, n, t_pos, t_dt, t_y, t_wt, tb, te, buf, p):
     """Σ weight·BCE over the card's targets (one forward pass; p is unused scratch)."""
     states = buf[0]
-    forward_card(w, seq_dt, seq_g, start, n, states)
+    forward_values(w, seq_dt, seq_g, start, n, states)
     loss = 0.0
     for j in range(tb, te):
         loss += target_loss(w, states[t_pos[j] - 1], t_dt[j], t_y[j], t_wt[j])
