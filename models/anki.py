@@ -19,24 +19,24 @@ interval modifier 1]. State (ivl, ease).
 Clipper (Anki 24.11 limits): w0, w1 ∈ [1, 9999], w2 ∈ [1.31, 5], w3 ∈ [1, 5], w4 ∈ [0.5, 1.3], w5 ∈ [0, 1],
 w6 ∈ [0.5, 2]. Upstream's trained weights are `state_dict()`, rounded to 4 decimals, and predict with those.
 
-The equations are written once, as torch_init / torch_step / torch_curve below (`traced`): the compiled engine runs
-the plug-in engine/traced.py generates from them (scalar steps, their VJPs, the lane kernel of the trainer's
-batches), and the upstream-style trainer steps them in torch. The gradient follows torch's rules: torch.where sends
-it to the selected branch only; clamp passes it when lo <= x <= hi; torch.max of two tensors gives it to the larger,
-half to each on a tie (so the soft floor passes 1 for ivl' > 1, 0.01 below 1 and 0.505 at exactly 1, e.g. w0 = 1 on
-a first review); leaky_relu's slope at 0 is 0.01; and days_late = t − ivl carries d/d ivl = −1, so that
+The equations are written once, as torch_init / torch_step below and torch_curve (fsrs_v3.torch_ln_curve; `traced`):
+the compiled engine runs the plug-in engine/traced.py generates from them (scalar steps, their VJPs, the lane kernel
+of the trainer's batches), and the upstream-style trainer steps them in torch. The gradient follows torch's rules:
+torch.where sends it to the selected branch only; clamp passes it when lo <= x <= hi; torch.max of two tensors gives
+it to the larger, half to each on a tie (so the soft floor passes 1 for ivl' > 1, 0.01 below 1 and 0.505 at exactly 1,
+e.g. w0 = 1 on a first review); leaky_relu's slope at 0 is 0.01; and days_late = t − ivl carries d/d ivl = −1, so that
 elapsed = ivl + days_late and ivl + days_late have NO gradient with respect to ivl (autograd sees ivl − ivl), while
 ivl + days_late/2 has 1/2. The curve is written exp(ln 0.9 · t/ivl), as the published rows computed 0.9^(t/ivl) (a
-last-bit difference from pow reorders near-tied predictions: Anki-default's AUC moved in the 5th decimal).
-Until 29 Nov 2026 a hand-written numba plug-in ran these equations (step, VJPs, card by card); the generated one
-gives the same result lines for Anki and Anki-default on data/embedded and upstream-check, trains on lanes (cards
-side by side), and runs at the same speed warm (other.py --model Anki, 1.01x, 5 pairs) and faster from an empty cache
-(4.93 / 5.00 s against 5.67 / 5.62 s, 2 processes: its units compile side by side).
+last-bit difference from pow reorders near-tied predictions: Anki-default's AUC moved in the 5th decimal). Until 29
+Nov 2026 a hand-written numba plug-in ran these equations (step, VJPs, card by card); the generated one gives the same
+result lines for Anki and Anki-default on data/embedded and upstream-check, trains on lanes (cards side by side), and
+runs at the same speed warm (other.py --model Anki, 1.01x, 5 pairs) and faster from an empty cache (4.93 / 5.00 s
+against 5.67 / 5.62 s, 2 processes: its units compile side by side).
 """
 
 from __future__ import annotations
 
-from models.fsrs_v3 import LN09
+from models.fsrs_v3 import torch_ln_curve as torch_curve  # noqa: F401 (0.9^(t/ivl), the contract's curve)
 from engine.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -79,12 +79,6 @@ def torch_step(w, state, t, g):
     new_ivl = torch.where(g == 1, ivl * w[5], torch.where(days_late < 0, early, late) * w[6])
     new_ease = torch.where(g == 1, ease - 0.2, torch.where(g == 2, ease - 0.15, torch.where(g == 4, ease + 0.15, ease)))
     return _torch_tail(new_ivl, new_ease)
-
-
-def torch_curve(w, state, t):
-    import torch
-
-    return torch.exp(LN09 * t / state[0])  # 0.9^(t/ivl) as the published rows computed it (docstring)
 
 
 # ---------------------------------------------------------------------------------------- the model

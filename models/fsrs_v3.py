@@ -39,13 +39,21 @@ from engine.seq_model import SeqModel
 S_MIN = LEGACY_S_MIN  # 0.01; upstream's --secs: 1e-4 (the plug-in's run-time option)
 RUN_OPTIONS = ("S_MIN",)  # the generated plug-in's run-time options (engine/traced.py): FSRSLegacy.engine_opts
 S_MAX = 36500.0
-LN09 = math.log(0.9)  # Anki's and SM2-trainable's curve: exp(LN09 · t/ivl)
+LN09 = math.log(0.9)
 
 
 # ---------------------------------------------------------------------------------------- torch (upstream trainer)
 
 def torch_exp_curve(t, s):
     return 0.9 ** (t / s)
+
+
+def torch_ln_curve(w, state, t):
+    """0.9^(t/S) written exp(ln 0.9 · t/S), as the published Anki and SM2-trainable rows computed it (pow's last bit
+    reorders near-tied predictions: Anki-default's AUC moved in the 5th decimal): their torch_curve."""
+    import torch
+
+    return torch.exp(LN09 * t / state[0])
 
 
 def torch_init(w, g, t):

@@ -13,19 +13,19 @@ Clipper after every step: w0, w1 ∈ [s_min, init_s_max] = [0.01, 100] [VERSION:
 Upstream's trained weights are `state_dict()`, which rounds every weight to 4 decimals, and those rounded weights
 predict the test split: `SM2Trainable.fit` rounds the same way.
 
-The equations are written once, as torch_init / torch_step / torch_curve below (`traced`): the compiled engine runs
-the plug-in engine/traced.py generates from them (scalar steps, their VJPs, the lane kernel of the trainer's batches),
-and the upstream-style trainer steps them in torch; the curve is written exp(ln 0.9 · t/ivl), as the published row
-computed 0.9^(t/ivl). Until 29 Nov 2026 a hand-written numba plug-in ran them; the generated one gives the same
-result lines on data/embedded and upstream-check, other.py --model SM2-trainable warm 0.98x (5 pairs) and from an
-empty cache 4.73 / 4.57 s against 4.84 / 5.02 s (2 processes).
+The equations are written once, as torch_init / torch_step below and torch_curve (fsrs_v3.torch_ln_curve; `traced`):
+the compiled engine runs the plug-in engine/traced.py generates from them (scalar steps, their VJPs, the lane kernel
+of the trainer's batches), and the upstream-style trainer steps them in torch; the curve is written exp(ln 0.9 ·
+t/ivl), as the published row computed 0.9^(t/ivl). Until 29 Nov 2026 a hand-written numba plug-in ran them; the
+generated one gives the same result lines on data/embedded and upstream-check, other.py --model SM2-trainable warm
+0.98x (5 pairs) and from an empty cache 4.73 / 4.57 s against 4.84 / 5.02 s (2 processes).
 """
 
 from __future__ import annotations
 
 import math
 
-from models.fsrs_v3 import LN09
+from models.fsrs_v3 import torch_ln_curve as torch_curve  # noqa: F401 (0.9^(t/ivl), the contract's curve)
 from engine.seq_model import SeqModel
 
 S_MIN = 0.01
@@ -53,12 +53,6 @@ def torch_init(w, g, t):
 
     zeros = torch.zeros_like(g, dtype=w.dtype)
     return torch_step(w, (zeros, w[2] * torch.ones_like(zeros), zeros), t, g)
-
-
-def torch_curve(w, state, t):
-    import torch
-
-    return torch.exp(LN09 * t / state[0])  # 0.9^(t/ivl) as the published row computed it (docstring)
 
 
 # ---------------------------------------------------------------------------------------- the model
