@@ -51,7 +51,8 @@ def plugin_for(module, n_w: int, use_clip: bool = True, lanes: bool = True) -> s
 
     name = compile_module(module, n_w=n_w, use_clip=use_clip, lanes=lanes)
     if entry is not None:
-        stems = [name] + ([sys.modules[name].LANE_KERNELS] if lanes else [])
+        lane_module = getattr(sys.modules[name], "LANE_KERNELS", None) if lanes else None  # none: a data-only state
+        stems = [name] + ([lane_module] if lane_module else [])
         tmp = entry.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text("\n".join(stems) + "\n", encoding="utf-8")
         os.replace(tmp, entry)

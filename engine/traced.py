@@ -109,7 +109,7 @@ import sys
 import numpy as np
 
 from engine.traced_codegen import (Graph, Proxy, Trace, TraceError, WeightVector, _clamp,  # noqa: F401 (re-exported)
-                                   generate, trace_model)
+                                   data_only_state, generate, trace_model)
 
 
 # --------------------------------------------------------------------------------------------------- plug-ins
@@ -121,15 +121,17 @@ _TOLD: set = set()
 _COMPILED: dict = {}
 
 
-def compile_module(module, n_w: int | None = None, use_clip: bool = True, lanes: bool = True) -> str:
+def compile_module(module, n_w: int | None = None, use_clip: bool = True, lanes: bool = True,
+                   data_state: bool = True) -> str:
     """The name of the generated plug-in module for a contract module (imported and registered in sys.modules),
     or TraceError. Written once per content into the engine directory (seq_engine.import_generated). `lanes`: the
     plug-in names a generated lane module (engine/traced_lanes.py) as its LANE_KERNELS, which the trainer's
-    batches run on."""
-    key = (id(module), n_w, use_clip, lanes)
+    batches run on. `data_state`: a state that reads no weight is computed once per fit, before the targets
+    (traced_codegen.data_only_state; then no lanes); False replays each target's card as any other model's."""
+    key = (id(module), n_w, use_clip, lanes, data_state)
     if key not in _COMPILED:
         try:
-            _COMPILED[key] = (module, _compile_module(module, n_w, use_clip, lanes))  # the module kept: its id stays
+            _COMPILED[key] = (module, _compile_module(module, n_w, use_clip, lanes, data_state))  # the module kept
         except TraceError as exc:
             _COMPILED[key] = (module, exc)
     result = _COMPILED[key][1]
@@ -138,7 +140,7 @@ def compile_module(module, n_w: int | None = None, use_clip: bool = True, lanes:
     return result
 
 
-def _compile_module(module, n_w, use_clip, lanes) -> str:
+def _compile_module(module, n_w, use_clip, lanes, data_state) -> str:
     from engine.seq_engine import import_generated
     from engine.traced_lanes import generate_lanes
 
@@ -147,8 +149,10 @@ def _compile_module(module, n_w, use_clip, lanes) -> str:
     traces = trace_model(_fn(module, "init"), _fn(module, "step"), _fn(module, "curve"), n_w, clip,
                          options=(module, tuple(getattr(module, "RUN_OPTIONS", ()))))
     origin = os.path.basename(str(getattr(module, "__file__", None) or getattr(module, "__name__", "a model")))
+    data_state = data_state and data_only_state(traces)
+    lanes = lanes and not data_state  # a data-only state's target is one curve: nothing to lay side by side
     lane_module = import_generated(generate_lanes(traces, origin), "traced_lanes", 12).__name__ if lanes else None
-    return import_generated(generate(traces, origin, lane_module), "traced", 12).__name__
+    return import_generated(generate(traces, origin, lane_module, data_state), "traced", 12).__name__
 
 
 def recipe_runs_compiled(recipe) -> str | None:
@@ -227,15 +231,15 @@ class CompiledOwnEngine:
         from one compiled pass over the cards (over their prefix tree when the plug-in fuses a step and its
         target, as traced plug-ins do: engine/prefix_tree.py)."""
         from engine.lbfgs import fit_box
-        from engine.seq_engine import fit_prior, training_cards
+        from engine.seq_engine import fit_prior, training_cards, with_target_inputs
 
         w0 = self.clip(np.asarray(w0, dtype=np.float64))
         inv_var, centre, mask = fit_prior(w0, None if sigma is None else np.asarray(w_init, dtype=np.float64), sigma,
                                           grad_mask)
-        cards = training_cards(train, weights, run.max_seq_len, keep)
+        seq = self.seq
+        cards = with_target_inputs(training_cards(train, weights, run.max_seq_len, keep), seq.model_module)
         if len(cards.c_start) == 0:
             return w0
-        seq = self.seq
         if hasattr(seq.k, "tree_loss_grad"):  # a model with step_target: every distinct state once (prefix_tree.py)
             from engine.prefix_tree import PrefixTree
 

@@ -1196,9 +1196,11 @@ def _plan(traces: dict, hoist: list[int] | None = None):
     return hoist, leaves, orders, stash
 
 
-def generate(traces: dict, source: str = "a model file", lane_module: str | None = None) -> str:
+def generate(traces: dict, source: str = "a model file", lane_module: str | None = None,
+             data_state: bool = False) -> str:
     """The plug-in's Python source (engine/seq_model_stub.py's contract); `lane_module`: the module of its lane
-    kernels (engine/traced_lanes.py), named as the plug-in's LANE_KERNELS."""
+    kernels (engine/traced_lanes.py), named as the plug-in's LANE_KERNELS; `data_state`: with the card functions
+    of a state that reads no weight (data_only_state, which it must be)."""
     n_state = traces["n_state"]
     n_w = traces["init"].n_w
     specs = {  # name: (params, vjp params, inputs, seeds of the vjp, state input sink, where the vjp finds the stash)
@@ -1254,6 +1256,10 @@ def generate(traces: dict, source: str = "a model file", lane_module: str | None
             parts.append(_function("target_loss_vjp", "w, state, t, y, wt, gstate, gw",
                                    fwd + [f"    lo, gp = bce({p}, y, wt)"] + back + ["    return lo"]))
     parts.append(_step_target(traces, orders["step_target"], leaves, stash["step_target"], n_w))
+    if data_state:
+        if not data_only_state(traces):
+            raise ValueError("data_state: init or step reads a weight or a run-time option")
+        parts.append(_DATA_STATE.format(n_state=n_state, n_w=n_w))
     if "clip" in traces:
         tr = traces["clip"]
         order = _needed(tr.graph.nodes, tr.outputs)
@@ -1262,6 +1268,66 @@ def generate(traces: dict, source: str = "a model file", lane_module: str | None
         body += [f"    w[{i}] = v{o}" for i, o in enumerate(tr.outputs) if w_node.get(i) != o]
         parts.append(_function("project", "w", body))
     return "".join(parts)
+
+
+def data_only_state(traces: dict) -> bool:
+    """Whether init and step read no weight and no run-time option (HLR: its state counts successes and failures):
+    the state before every target is then the data's alone, computed once per fit or prediction (`target_inputs`),
+    and a target costs its curve and its BCE, however long its history, instead of a replay of its card."""
+    nodes = traces["init"].graph.nodes
+    read = _reach(nodes, traces["init"].outputs + traces["step"].outputs)
+    return not any(nodes[k][0] in ("w", "opt") for k in read)
+
+
+# A data-only state's plug-in (data_only_state): the engine's card loops call these card functions
+# (engine/seq_model_stub.py) with the rows of target_inputs in place of t_dt; no lanes (a target is one curve).
+_DATA_STATE = '''
+
+@njit(cache=True)
+def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
+    """Row j: the state before target j (its card's reviews 0 .. t_pos[j] - 1; init and step read no weight), then
+    its elapsed time. A card's targets come sorted by history length, so one pass over each card serves them all
+    (restarted if a length ever goes down)."""
+    out = np.empty((len(t_pos), {n_state} + 1))
+    w = np.zeros({n_w})
+    state = np.empty(N_STATE)
+    new = np.empty(N_STATE)
+    for c in range(len(c_start)):
+        start = c_start[c]
+        k = 0
+        for j in range(c_tb[c], c_te[c]):
+            if t_pos[j] < k:
+                k = 0
+            while k < t_pos[j]:
+                if k == 0:
+                    init(w, seq_g[start], seq_dt[start], state)
+                else:
+                    step_value(w, state, seq_dt[start + k], seq_g[start + k], new)
+                    for i in range({n_state}):
+                        state[i] = new[i]
+                k += 1
+            for i in range({n_state}):
+                out[j, i] = state[i]
+            out[j, {n_state}] = t_dt[j]
+    return out
+
+
+@njit(cache=True)
+def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
+    """Σ weight·BCE of targets tb .. te - 1 from their rows of target_inputs, adding d/dw into gw."""
+    gstate = buf[1][0]  # the state's adjoints: nothing reads them (no weight reaches the state)
+    loss = 0.0
+    for j in range(tb, te):
+        loss += target_loss_vjp(w, t_in[j], t_in[j, {n_state}], t_y[j], t_wt[j], gstate, gw)
+    return loss
+
+
+@njit(cache=True)
+def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
+    """P(recall) of targets tb .. te - 1 from their rows of target_inputs."""
+    for j in range(tb, te):
+        out[j] = curve(w, t_in[j], t_in[j, {n_state}])
+'''
 
 
 def _step_target(traces: dict, order: list[int], leaves: dict, stash: list[str], n_w: int) -> str:

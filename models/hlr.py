@@ -35,10 +35,17 @@ On the upstream-check users the fast trainer gives the published 0.306259 / 0.15
 (numpy 2.2 with AVX-512, the published results' environment: upstream/legacy_sort.py) and upstream's code run with
 numpy 1.26 without AVX-512 (0.298717 / 0.155615) in the "generic" one.
 
-Engine plug-in: the counts depend on the data alone, so `target_inputs` computes every target's √successes,
-√failures and elapsed time once per fit or prediction, and the card functions (card_loss_grad, card_predict)
-read them: a target costs one curve and one BCE, whatever its history. The torch functions (torch_init,
-torch_step, torch_curve: the counts as a recurrent state) serve `--trainer autograd` and engine/traced.py.
+Engine plug-in: HLR's equations are written once, as torch_init / torch_step / torch_curve below (the counts as a
+recurrent state), and the compiled engine runs the plug-in engine/traced.py generates from them (`traced`). Because
+init and step read no weight, the generator computes the state before every target once per fit or prediction
+(`target_inputs`: the counts and the elapsed time) and a target costs one curve and one BCE, whatever its history
+(engine/traced_codegen.data_only_state). Until 29 Nov 2026 those card functions were written here by hand; the
+generated ones give the same result lines (HLR, HLR-short, HLR-short-secs on data/embedded and upstream-check, every
+byte but time_ms), fit in 1.01-1.05x the hand ones' CPU time (the fast trainer on upstream-check users 8 and 12,
+best of 9, two rounds alternated), predict in 0.99-1.05x, and whole runs take 1.00-1.01x (whole process, 7 pairs
+alternated: data/embedded with 2 processes, a 45k-review simulated user); a first run from an empty cache 5.5 s
+for both. tests/test_traced.py holds the card functions to the generated plug-in that replays each card. The torch
+functions also serve `--trainer autograd`.
 """
 
 from __future__ import annotations
@@ -47,87 +54,16 @@ import dataclasses
 import math
 
 import numpy as np
-from numba import njit
 
 from config import ACCEPTS_SECS
 from models.base import InadequateData, ReviewData
-from engine.jit import inlined
-from engine.kernel_math import bce
 from engine.seq_engine import NUMPY126
 from engine.seq_model import SeqModel
 
-LN2 = math.log(2.0)
 NO_LIMIT = 1 << 40  # max_seq_len that keeps every training row (upstream's len(tensor) == 2 for HLR)
 
 
-# ---------------------------------------------------------------------------------------- numba kernels
-# The counts depend on the data alone, so the fast engine gets them once per fit or prediction (`target_inputs`)
-# and a target's loss is then one curve and one BCE: no replay of its card's history (see the module docstring).
-
-N_STATE = 1  # card functions below: no per-card state or scratch
-
-
-@njit(cache=True)
-def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
-    """[n, 3]: √successes, √failures among each target's previous reviews, and its elapsed time (row j: target j).
-    A card's targets come sorted by history length, so one running count per card serves them all (restarted if
-    a length ever goes down). The counts are sums of ones in float64, exact, so the square roots are those the
-    recurrent form (counts stepped review by review) took."""
-    out = np.empty((len(t_pos), 3))
-    for c in range(len(c_start)):
-        start = c_start[c]
-        succ = 0.0
-        fail = 0.0
-        k = 0
-        for j in range(c_tb[c], c_te[c]):
-            if t_pos[j] < k:
-                succ = 0.0
-                fail = 0.0
-                k = 0
-            while k < t_pos[j]:
-                if seq_g[start + k] > 1:
-                    succ += 1.0
-                elif seq_g[start + k] == 1:
-                    fail += 1.0
-                k += 1
-            out[j, 0] = math.sqrt(succ)
-            out[j, 1] = math.sqrt(fail)
-            out[j, 2] = t_dt[j]
-    return out
-
-
-@inlined
-def card_loss_grad(w, seq_dt, seq_g, start, n, t_pos, t_in, t_y, t_wt, tb, te, buf, gw):
-    """Σ weight·BCE of targets tb..te−1 (t_in: target_inputs), adding d/dw into gw, target by target in that order.
-    With x = θ·features + b: h = 2^x, p = 0.5^(t/h) = exp(−ln2·t·2^(−x)), dp/dx = p·ln2²·t/h (nothing once p or h
-    underflows). Inlined into the engine's loops: upstream's batches make nearly every target its own work item."""
-    loss = 0.0
-    for j in range(tb, te):
-        x1 = t_in[j, 0]
-        x2 = t_in[j, 1]
-        t = t_in[j, 2]
-        h = 2.0 ** (w[0] * x1 + w[1] * x2 + w[2])
-        p = 0.5 ** (t / h)
-        lo, gp = bce(p, t_y[j], t_wt[j])
-        loss += lo
-        if p == 0.0 or h == 0.0:
-            continue
-        gx = gp * p * LN2 * LN2 * t / h
-        gw[0] += gx * x1
-        gw[1] += gx * x2
-        gw[2] += gx
-    return loss
-
-
-@inlined
-def card_predict(w, seq_dt, seq_g, start, n, t_pos, t_in, tb, te, buf, out):
-    """out[j] = P(recall) of targets tb..te−1: h = 2^(θ1·√n_succ + θ2·√n_fail + b), p = 0.5^(t/h)."""
-    for j in range(tb, te):
-        h = 2.0 ** (w[0] * t_in[j, 0] + w[1] * t_in[j, 1] + w[2])
-        out[j] = 0.5 ** (t_in[j, 2] / h)
-
-
-# ---------------------------------------------------------------------------------------- torch (reference)
+# ---------------------------------------------------------------------------------------- the equations
 
 def torch_init(w, g, t):
     return (g > 1).to(w.dtype), (g == 1).to(w.dtype)
@@ -138,7 +74,7 @@ def torch_step(w, state, t, g):
 
 
 def torch_curve(w, state, t):
-    import torch  # the upstream-style trainer only: a default run does not import torch
+    import torch  # while traced, the stand-in (engine/torch_standin.py): a default run does not import torch
 
     h = 2 ** (w[0] * torch.sqrt(state[0]) + w[1] * torch.sqrt(state[1]) + w[2])
     return 0.5 ** (t / h)
@@ -170,6 +106,7 @@ class HLR(SeqModel):
     name = "HLR"
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: same-day reviews counted and predicted
     kernels = "models.hlr"
+    traced = True  # the compiled engine runs the plug-in generated from torch_init / torch_step / torch_curve
     replays_upstream_batches = True  # fit: batching "length-shared"
     default_w = [2.5819, -0.8674, 2.7245]
     lower = [-math.inf] * 3  # upstream has no clipper for HLR

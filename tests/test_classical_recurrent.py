@@ -270,20 +270,21 @@ def test_rows_run_on_embedded_data(tmp_path):
 # ----------------------------------------------------------------------------------------------- HLR's inputs
 
 def test_hlr_target_inputs_are_the_counts_of_every_previous_review(user12):
-    """The fast engine's per-target inputs (√successes, √failures, elapsed time; computed once per fit) against the
-    vectorised prefix sums the upstream-style trainer uses (count_features), row by row, on a real user."""
+    """The compiled engine's per-target inputs (the state before the target: successes and failures, from the plug-in
+    generated for HLR's data-only state, computed once per fit; then the elapsed time) against the vectorised prefix
+    sums the upstream-style trainer uses (count_features: their square roots), row by row, on a real user."""
     cards = HLR(RunConfig(algo="HLR")).engine.cards(user12)
     t_in = cards.t_dt
-    np.testing.assert_array_equal(t_in[:, :2], count_features(user12)[cards.t_row])
+    assert t_in.shape == (len(user12), 3)
+    np.testing.assert_array_equal(np.sqrt(t_in[:, :2]), count_features(user12)[cards.t_row])
     np.testing.assert_array_equal(t_in[:, 2], user12.rows["delta_t"].to_numpy(np.float64)[cards.t_row])
 
 
 def test_hlr_target_inputs_by_hand_with_lengths_out_of_order():
     """One card Good, Again, Easy, Hard, Again: targets after 4, 2 and 5 reviews (the running count restarts when a
     length goes down)."""
-    from models.hlr import target_inputs
-
+    target_inputs = importlib.import_module(HLR(RunConfig(algo="HLR")).plugin()).target_inputs
     t_in = target_inputs(np.zeros(5), np.array([3, 1, 4, 2, 1]), np.array([0]), np.array([0]), np.array([3]),
                          np.array([4, 2, 5]), np.array([7.0, 1.5, 30.0]))
-    expected = [[math.sqrt(3), 1.0, 7.0], [1.0, 1.0, 1.5], [math.sqrt(3), math.sqrt(2), 30.0]]
+    expected = [[3.0, 1.0, 7.0], [1.0, 1.0, 1.5], [3.0, 2.0, 30.0]]
     np.testing.assert_array_equal(t_in, np.array(expected))

@@ -82,6 +82,37 @@ def test_generated_plugin_equals_the_autograd_engine(name):
         np.testing.assert_allclose(grad, grad_auto, rtol=0, atol=1e-9 * np.abs(grad_auto).max())
 
 
+def test_a_data_only_state_computed_once_equals_the_card_replayed():
+    """HLR's state (success and failure counts) reads no weight, so its plug-in computes the state before every
+    target once per fit (target_inputs) and a target costs its curve (traced_codegen.data_only_state). Held to the
+    plug-in that replays each target's card (data_state=False), on user 8 of upstream-check with random row weights,
+    at the defaults and at weights far from them, and in a short fit in upstream's length-shared batches, as HLR's
+    fast trainer runs it. Predictions are the same code on the same state: bit-identical."""
+    mod, default, lower, upper, short, once, _ = _engines("HLR")
+    assert hasattr(sys.modules[once.model_module], "target_inputs")
+    assert not hasattr(sys.modules[once.model_module], "LANE_KERNELS")
+    replay = SeqEngine(compile_module(mod, n_w=len(default), data_state=False), lower, upper)
+    assert not hasattr(sys.modules[replay.model_module], "target_inputs")
+    data = check_features(8, short)
+    rng = np.random.default_rng(23)
+    weights = rng.uniform(0.5, 1.5, len(data))
+    for w in (np.array(default, float), np.array([0.9, -2.0, 4.0]), np.array([3.5, 0.4, 1.0])):
+        p = once.predict(w, data)
+        assert len(p) > 4000 and np.isfinite(p).all() and np.ptp(p) > 0.5
+        np.testing.assert_array_equal(p, replay.predict(w, data))
+        loss, grad = once.loss_and_grad(w, data, weights=weights)
+        loss_replay, grad_replay = replay.loss_and_grad(w, data, weights=weights)
+        assert loss == pytest.approx(loss_replay, rel=1e-13)
+        assert np.abs(grad).min() > 1e-3  # every weight moves the loss
+        np.testing.assert_allclose(grad, grad_replay, rtol=1e-12, atol=0)
+    train, cfg = data.subset(np.arange(2000)), RunConfig(n_epoch=2, batch_size=256)
+    w0 = np.array(default, float)
+    fits = [engine.fit(w0, train, cfg, lr=1e-2, batching="length-shared", equal_lengths=True,
+                       check_every_epoch=True) for engine in (once, replay)]
+    assert np.abs(fits[0] - w0).max() > 1e-2  # training moved the weights
+    np.testing.assert_allclose(fits[0], fits[1], rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("name", ["FSRS-7", "SBD"])
 def test_targets_off_the_next_steps_time_equal_the_autograd_engine(name):
     """The plug-in's card loop fuses a target with the step that starts from the same state when both read the same
