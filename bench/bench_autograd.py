@@ -14,8 +14,8 @@ Trainers per model ("traced": the compiled engine on the plug-in engine/traced.p
 functions, no hand-written gradient; its one-off numba compile is done by the warm-up, outside the timings):
 - FSRS-5, HLR: `--trainer autograd` (engine/autograd_engine.py on the module's torch_init/step/curve), `--trainer
   upstream` (upstream/training.py: every target's own padded history, length-sorted batches; float32 as upstream) and the
-  default compiled engine (hand-written numba gradients: FSRS-5's step VJPs, HLR's per-card loss with its counts
-  computed once per fit).
+  default compiled engine (FSRS-5: hand-written numba step VJPs; HLR: the generated plug-in, its counts computed
+  once per fit because they read no weight, where the "traced" column replays each target's card: data_state=False).
 - FSRS-6: its torch equations (models/fsrs6.py) on the autograd engine, with `--trainer upstream`, and on the
   compiled engine (the plug-in engine/traced.py generates from them: its default).
 - SBD (models/sbd.py): full-batch L-BFGS on the autograd engine (one forward pass over all cards per evaluation),
@@ -90,7 +90,7 @@ def trainers(name: str, train, test):
         from engine.traced import compile_module
 
         model = models.model_class(name)(RunConfig(algo=name))
-        plugin = compile_module(importlib.import_module(model.kernels), n_w=len(model.default_w))
+        plugin = compile_module(importlib.import_module(model.kernels), n_w=len(model.default_w), data_state=False)
         model.engine = SeqEngine(plugin, model.lower, model.upper)
         model.fit(train)
         return lambda: model.predict(test)
