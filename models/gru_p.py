@@ -43,7 +43,7 @@ import numpy as np
 
 from config import ACCEPTS_SECS
 from neural.card_net import CompiledNet, FlatNet, LazyClass, NeuralModel
-from neural.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_cards_loss
+from neural.gru_kernels import HEAD_POWER_CURVE, HEAD_SIGMOID_CELL, gru_cards_loss, units_of
 
 DECAY = -0.5
 FACTOR = 0.9 ** (1 / DECAY) - 1  # 19/81: the FSRS-4.5 power curve, R(S, S) = 0.9
@@ -67,7 +67,7 @@ class GRUFamilySpec(CompiledNet):
                 ("rnn.bias_hh_l0", (3 * H,)), ("fc.weight", (1, H)), ("fc.bias", (1,))]
 
     def model_consts(self) -> tuple:
-        return (self.head_kind, self.n_hidden, FACTOR, DECAY)
+        return (self.head_kind, units_of(self.n_hidden), FACTOR, DECAY)
 
 
 class GRUPSpec(GRUFamilySpec):
@@ -102,7 +102,7 @@ class GRUFlat(GRUSpec, FlatNet):
 class GRUP(NeuralModel):
     name = "GRU-P"
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional intervals (weights pretrain/GRU-P-short-secs)
-    first_run_seconds = 22  # its first run's compiling (warmup.py), measured in an empty cache
+    first_run_seconds = 12  # its first run's compiling (warmup.py), measured in an empty cache (11.4 s, 29 Nov 2026)
     net_class = LazyClass("neural.gru_torch:GRUPNet")
     flat_class = GRUPFlat
     n_epoch = 16
@@ -111,7 +111,7 @@ class GRUP(NeuralModel):
 class GRU(NeuralModel):
     name = "GRU"
     accepts_secs = name in ACCEPTS_SECS  # --short --secs: fractional intervals (weights pretrain/GRU-short-secs)
-    first_run_seconds = 22  # its first run's compiling (warmup.py), measured in an empty cache
+    first_run_seconds = 11  # its first run's compiling (warmup.py), measured in an empty cache (10.8 s, 29 Nov 2026)
     net_class = LazyClass("neural.gru_torch:GRUNet")
     flat_class = GRUFlat
     n_epoch = 5

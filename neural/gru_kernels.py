@@ -126,6 +126,14 @@ ZEROS_8 = (0.0,) * 8  # tuples of the sizes the GRU family uses (8 and 2 units, 
 ZEROS_2 = (0.0,) * 2  # compile-time constant, so the loops over it unroll and values set in it stay in registers
 
 
+def units_of(n_hidden: int) -> tuple:
+    """The tuple that stands for a hidden size in gru_cards_loss's `model` (its length, a constant there): GRU-P's
+    loss compiles for 8 units alone and GRU's for 2, rather than each for both (2.7 s of GRU-P's first run)."""
+    if n_hidden not in (8, 2):
+        raise ValueError("the compiled GRU has 8 or 2 hidden units")
+    return ZEROS_8 if n_hidden == 8 else ZEROS_2
+
+
 @inlined
 def _row(zeros, w, r):
     """w[r, :len(zeros)] as a tuple (a value: nothing stored in memory can change it)."""
@@ -410,13 +418,16 @@ def _heads(head, factor, decay, zt, t_idx, t_dt, t_y, t_w, p_out):
 
 @njit(cache=True)
 def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
-    """neural/card_fit.py's card_loss for the GRU family, model = (head kind, hidden size, factor, decay): Σ weight·BCE
-    over every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the loss's
-    gradient is ADDED into grad (flat, like theta), from one forward and one reverse pass over the cards in lockstep
-    (longest first, lockstep_plan's layout)."""
-    head, H, factor, decay = model
+    """neural/card_fit.py's card_loss for the GRU family, model = (head kind, units_of(hidden size), factor, decay):
+    Σ weight·BCE over every target of `cards`, each target's P(recall) written to p_out[its index]; with `want`, the
+    loss's gradient is ADDED into grad (flat, like theta), from one forward and one reverse pass over the cards in
+    lockstep (longest first, lockstep_plan's layout)."""
+    head, units, factor, decay = model
+    H = len(units)  # a constant: this loss compiles for one hidden size (units_of)
     feats, c_start, c_steps, c_tfirst, c_count, t_pos, t_dt, t_g, t_y, t_w = layout
     n_f = feats.shape[1]
+    if n_f != 2:
+        raise ValueError("the compiled GRU has 2 inputs")
     w_ih, w_hh, b_ih, b_hh, fc_w, fc_b = unflatten(theta, H, n_f)
     n_c = len(cards)
     lengths = np.empty(n_c, dtype=np.int64)
@@ -437,7 +448,7 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
                 xs[base[k] * n_f + f * A[k] + c] = feats[x0 + k, f]
     hs = np.empty(n_s * H)
     gates = np.empty(n_s * 4 * H)
-    _gru_forward(xs, A, base, np.zeros(H * n_c), w_ih, w_hh, b_ih, b_hh, hs, gates)
+    _forward_units(units, ZEROS_2, xs, A, base, np.zeros(H * n_c), w_ih, w_hh, b_ih, b_hh, hs, gates)
     gout = np.zeros(n_s * H if want else 0)
     t_idx = np.empty(n_t, dtype=np.int64)  # the group's targets, slot by slot
     t_at = np.empty(n_t, dtype=np.int64)  # where its final state starts in hs (−1: a step of its own, see below)
@@ -481,7 +492,7 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
             r += 1
     hs_t = np.empty(H * n_own)
     gates_t = np.empty(4 * H * n_own)
-    _gru_forward(xt, A_t, base_t, ht, w_ih, w_hh, b_ih, b_hh, hs_t, gates_t)
+    _forward_units(units, ZEROS_2, xt, A_t, base_t, ht, w_ih, w_hh, b_ih, b_hh, hs_t, gates_t)
     gout_t = np.zeros(H * n_own)
     # the head, in three passes so that no loop picks between arrays per target: each target's logit fc(h) ...
     zt = np.empty(n_t)
@@ -518,11 +529,12 @@ def gru_cards_loss(model, layout, cards, theta, want, grad, p_out):
                 r += 1
     if want and n_own:
         gh = np.empty(H * n_own)
-        _gru_backward(xt, A_t, base_t, ht, w_hh, hs_t, gates_t, gout_t, g_ih, g_hh, g_bih, g_bhh, gh)
+        _backward_units(units, xt, A_t, base_t, ht, w_hh, hs_t, gates_t, gout_t, g_ih, g_hh, g_bih, g_bhh, gh)
         for r in range(n_own):
             if t_prev[r] >= 0:
                 for i in range(H):
                     gout[t_prev[r] + i * t_pstride[r]] += gh[i * n_own + r]
     if want:
-        _gru_backward(xs, A, base, np.zeros(H * n_c), w_hh, hs, gates, gout, g_ih, g_hh, g_bih, g_bhh, np.empty(0))
+        _backward_units(units, xs, A, base, np.zeros(H * n_c), w_hh, hs, gates, gout, g_ih, g_hh, g_bih, g_bhh,
+                        np.empty(0))
     return loss

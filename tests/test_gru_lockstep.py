@@ -142,3 +142,16 @@ def test_only_the_gru_family_sizes_compile():
     A, base = lockstep_plan(np.array([2]))
     with pytest.raises(ValueError, match="8 or 2 hidden units"):
         _gru_forward(np.zeros(4), A, base, np.zeros(3), w_ih, w_hh, b_ih, b_hh, np.empty(6), np.empty(24))
+
+
+def test_each_row_hands_its_loss_its_own_hidden_size():
+    """GRU-P's loss compiles for 8 units and GRU's for 2 (neural/gru_kernels.units_of: the size is the length of a
+    tuple in the loss's model constants, a compile-time constant), and other sizes are refused as above."""
+    from models.gru_p import GRUFlat, GRUPFlat
+    from neural.gru_kernels import units_of
+
+    for flat, hidden in ((GRUPFlat, 8), (GRUFlat, 2)):
+        units = flat().model_consts()[1]
+        assert units == (0.0,) * hidden and flat().n_hidden == hidden
+    with pytest.raises(ValueError, match="8 or 2 hidden units"):
+        units_of(4)
