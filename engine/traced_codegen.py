@@ -1298,6 +1298,9 @@ def target_inputs(seq_dt, seq_g, c_start, c_tb, c_te, t_pos, t_dt):
         for j in range(c_tb[c], c_te[c]):
             if t_pos[j] < k:
                 k = 0
+            if k == 0:  # no review read yet: a target without one (none in the benchmark's data) reads NaN
+                for i in range({n_state}):
+                    state[i] = np.nan
             while k < t_pos[j]:
                 if k == 0:
                     init(w, seq_g[start], seq_dt[start], state)

@@ -282,9 +282,9 @@ def test_hlr_target_inputs_are_the_counts_of_every_previous_review(user12):
 
 def test_hlr_target_inputs_by_hand_with_lengths_out_of_order():
     """One card Good, Again, Easy, Hard, Again: targets after 4, 2 and 5 reviews (the running count restarts when a
-    length goes down)."""
+    length goes down), and one after none, which has no state to read (NaN)."""
     target_inputs = importlib.import_module(HLR(RunConfig(algo="HLR")).plugin()).target_inputs
-    t_in = target_inputs(np.zeros(5), np.array([3, 1, 4, 2, 1]), np.array([0]), np.array([0]), np.array([3]),
-                         np.array([4, 2, 5]), np.array([7.0, 1.5, 30.0]))
-    expected = [[3.0, 1.0, 7.0], [1.0, 1.0, 1.5], [3.0, 2.0, 30.0]]
+    t_in = target_inputs(np.zeros(5), np.array([3, 1, 4, 2, 1]), np.array([0]), np.array([0]), np.array([4]),
+                         np.array([4, 2, 5, 0]), np.array([7.0, 1.5, 30.0, 2.0]))
+    expected = [[3.0, 1.0, 7.0], [1.0, 1.0, 1.5], [3.0, 2.0, 30.0], [np.nan, np.nan, 2.0]]
     np.testing.assert_array_equal(t_in, np.array(expected))
