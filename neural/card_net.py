@@ -89,6 +89,11 @@ class CompiledNet:
         come back (the LSTM then keeps each group's set-up)."""
         return cards.layout()
 
+    def predict_layout(self, cards: "CardSet") -> tuple:
+        """The layout predict_compiled hands the kernel: cards.layout(), unless the network's predictions should run
+        the very kernel its fine-tune compiled (the LSTM: neural/lstm_spec.py)."""
+        return cards.layout()
+
     def _call(self, layout, cards, theta, grad, p_out) -> float:
         want = grad is not None
         return type(self).card_loss(self.model_consts(), layout, np.asarray(cards, np.int64), theta, want,
@@ -96,7 +101,7 @@ class CompiledNet:
 
     def predict_compiled(self, cards: "CardSet", chunk: int) -> np.ndarray:
         """P(recall) of every target of the CardSet (in its `order`), cards in groups of ≈ chunk targets."""
-        layout, theta, order = cards.layout(), self.theta(), cards.card_order()
+        layout, theta, order = self.predict_layout(cards), self.theta(), cards.card_order()
         bounds = group_bounds(cards.c_count[order], chunk)
         p = np.empty(len(cards.t_pos))
         for g in range(len(bounds) - 1):

@@ -168,6 +168,14 @@ class LSTMSpec(CompiledNet):
         return (cached[1], *layout[1:]) + ((plan_memo(self.precision),) if repeat else ())
 
 
+    def predict_layout(self, cards: CardSet) -> tuple:
+        """The fine-tune's layout (the inputs encoded in the kernels' dtype, and a plan memo, which predictions never
+        fill: they call with want=False), so that predictions run the kernel the fine-tune compiled: with the raw
+        layout numba compiled lstm_cards_loss once more for float64 inputs, 11 s of CPU in a first run. The kernel
+        encodes raw inputs as encode_rows does, so the predictions are the same to the bit."""
+        return self.kernel_layout(cards, repeat=True)
+
+
 class LSTMFlat(LSTMSpec, FlatNet):
     """The LSTM without torch; the state dict's two buffers are kept beside the flat parameters."""
 

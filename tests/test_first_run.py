@@ -38,11 +38,11 @@ def test_units_are_the_lane_kernel_after_its_parts_and_the_engine_loops(algo):
 
 
 def test_a_model_whose_toy_run_compiles_long_starts_first(tmp_path, monkeypatch):
-    """GRU-P's toy run (~22 s of compiling: Model.first_run_seconds) goes before AVG's and before FSRS-6's units,
+    """GRU-P's toy run (~12 s of compiling: Model.first_run_seconds) goes before AVG's and before FSRS-6's units,
     so that a first report does not end with one worker compiling it while the other waits."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # an empty cache: nothing marked done
     cfgs = [RunConfig(algo=a) for a in ("AVG", "FSRS-6", "GRU-P")]
-    assert [shape(u.label) for u in warmup.pending(cfgs)] == [  # chains: 22, 2 + 2.5 (twice), 3, 2.5, 2.5, 1.5 s
+    assert [shape(u.label) for u in warmup.pending(cfgs)] == [  # chains: 12, 2 + 2.5 (twice), 3, 2.5, 2.5, 1.5 s
         "toy run of GRU-P", *SHAPE[:2], "toy run of AVG", SHAPE[2], SHAPE[4], SHAPE[3]]
 
 

@@ -179,3 +179,22 @@ def test_plan_memo_made_compiled_has_the_memos_types(dtype):
     assert plans._list_type.item_type == types.ListType(types.Tuple((ints, ints, arr, ints, ints, ints)))
     with pytest.raises(ValueError):
         lstm_kernels.plan_memo(np.int32)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_predictions_on_the_finetunes_layout_equal_the_raw_layout_to_the_bit(user8_lstm, precision):
+    """predict_compiled hands the kernel the fine-tune's layout (inputs encoded once, an empty plan memo:
+    LSTMSpec.predict_layout), so predictions run the kernel the fine-tune compiled; on the raw layout the kernel
+    encodes the inputs itself. Every target's P(recall) is the same to the bit, over all of user 8's cards in the
+    prediction's groups."""
+    net = flat_net(precision)
+    cards = CardSet(net, user8_lstm, user8_lstm.rows["seq_pos"].to_numpy() <= 64)
+    assert len(net.predict_layout(cards)) == len(cards.layout()) + 1  # the memo
+    p = net.predict_compiled(cards, 512)
+    theta, order = net.theta(), cards.card_order()
+    raw = np.full(len(p), np.nan)
+    for lo in range(0, len(order), 40):  # other groups than predict_compiled's: a target's value is its card's own
+        lstm_kernels.lstm_cards_loss(net.model_consts(), cards.layout(), order[lo:lo + 40], theta, False,
+                                     np.zeros(0), raw)
+    assert len(p) > 1000 and np.isfinite(p).all()
+    np.testing.assert_array_equal(p, raw)
