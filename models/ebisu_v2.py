@@ -189,11 +189,12 @@ def _update_domain(a, b, t, success, tnow, uselog):
 @njit(cache=True)
 def update_recall(a, b, t, success, tnow):
     """ebisu.updateRecall((a, b, t), int(success), 1, tnow) with rebalancing; ok False where the package raises."""
-    if not (a > 400 and b > 400):
-        na, nb, nt, ok = _update_domain(a, b, t, success, tnow, False)
-        if ok:
-            return na, nb, nt, True
-    return _update_domain(a, b, t, success, tnow, True)
+    uselog = a > 400 and b > 400  # large a and b: the log domain at once; else it only when the plain one fails
+    while True:  # (one call site with a run-time flag: literal True / False compiled _update_domain twice)
+        na, nb, nt, ok = _update_domain(a, b, t, success, tnow, uselog)
+        if ok or uselog:
+            return na, nb, nt, ok
+        uselog = True
 
 
 @njit(cache=True)

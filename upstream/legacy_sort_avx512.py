@@ -135,7 +135,7 @@ def _network_sort(key, arg, lo, n, k_work, ix_work):
         k[p // LANES, p % LANES] = key[arg[lo + p]]
     for r in range(regs):
         _sort_vector(k[r], ix[r])
-    width = 2
+    width = np.int64(2)  # not the literal 2, which numba compiled _merge_pairs for a second time (a first run's 0.5 s)
     while width <= regs:
         for first in range(0, regs, width):
             _merge_pairs(k, ix, first, width)
@@ -272,7 +272,7 @@ def _heap_sort(key, arg, first, last):
         last -= 1
         value = arg[last]
         arg[last] = arg[first]
-        _adjust_heap(key, arg, first, 0, last - first, value)
+        _adjust_heap(key, arg, first, np.int64(0), last - first, value)  # (a literal 0: a second compiled version)
 
 
 @njit(cache=True)
