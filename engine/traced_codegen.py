@@ -653,12 +653,20 @@ def _pow_const(x: str, e: float) -> str:
     return f"({x} ** {_lit(e)})"
 
 
+def _conj(conds) -> str:
+    """The comparisons `conds` joined by & (not `and`: no branch per operand for numba to build and type)."""
+    return " & ".join(f"({c})" for c in conds)
+
+
+def _quotient_domain(v: str, x: str) -> tuple:
+    """Where v/x is x^(y−1) exact enough, from the forward value v = x^y: x ≠ 0 and v a normal finite number."""
+    return f"{x} != 0.0", f"abs({v}) >= 2.2250738585072014e-308", f"abs({v}) < math.inf"
+
+
 def _pow_quotient(v: str, x: str, fallback: str) -> str:
     """x^(y−1) in pow's derivative as v/x from the forward value v = x^y (a division instead of a pow call, equal
-    up to rounding), where that is exact enough: x ≠ 0 and v a normal finite number; else `fallback`, torch's
-    own x^(y−1) (x = 0, overflow, underflow, NaN)."""
-    return (f"({v} / {x} if (({x} != 0.0) & (abs({v}) >= 2.2250738585072014e-308) & (abs({v}) < math.inf)) "
-            f"else {fallback})")
+    up to rounding), on _quotient_domain; else `fallback`, torch's own x^(y−1) (x = 0, overflow, underflow, NaN)."""
+    return f"({v} / {x} if ({_conj(_quotient_domain(v, x))}) else {fallback})"
 
 
 def _reach(nodes, roots, leaves=(), within: set | None = None, cut: tuple | None = None) -> set:
@@ -730,7 +738,7 @@ def _flag(*conds: str, unless: str | None = None) -> str:
     without reordering float additions; a store into A inside the lane loop would make LLVM check A against every row
     of X it reads and writes, and give up past a few such checks). The comparisons are joined by & and |, not `and`
     and `or`: no branch per operand, for numba to build and type (a tenth of compiling a reverse lane pass)."""
-    ok = " & ".join(f"({c})" for c in conds)
+    ok = _conj(conds)
     if unless is not None:
         ok = f"({ok}) | ({unless})"
     return f"    nbad += 1 - ({ok})"
@@ -834,7 +842,7 @@ def _forward_lines(tr: Trace, order: list[int], inputs: dict, leaves: dict | Non
                     lines.append(_flag(*domain))
                 expr = f"exp1({y} * l{args[0]})"
             elif dtype == "f8":
-                expr = f"math.exp({y} * l{args[0]}) if ({' & '.join(f'({c})' for c in domain)}) else {expr}"
+                expr = f"math.exp({y} * l{args[0]}) if ({_conj(domain)}) else {expr}"
         elif op == "clamp":
             has_lo, has_hi = attr
             x = a[0]
@@ -929,8 +937,7 @@ def _backward_lines(tr: Trace, order: list[int], act: set[int], seeds: dict[int,
         if not lanes or "**" not in fallback:
             return _pow_quotient(v, x, fallback)
         # v/x alone: off its domain the review is flagged (unless y = 0, whose term is 0.0 whatever v/x is)
-        lines.append(_flag(f"{x} != 0.0", f"abs({v}) >= 2.2250738585072014e-308", f"abs({v}) < math.inf",
-                           unless=f"{y} == 0"))
+        lines.append(_flag(*_quotient_domain(v, x), unless=f"{y} == 0"))
         return f"({v} / {x})"
 
     def choose(cond, x, y):  # x if cond else y: in the lanes one select of two floats (engine/kernel_math.select);
