@@ -17,8 +17,9 @@ best_sinc (2) — 39 numbers.
 
 Why hand-written, not generated (issue #39): NN-17's state is a few floats per card and its MLPs have one unit, so
 engine/traced.py could trace its step written as a torch init / step / curve; but it is trained as the networks are
-(neural/card_fit.py: AdamW's decoupled weight decay, gradient-norm clipping), a recipe the generated plug-in's trainer
-does not run (engine/traced.recipe_runs_compiled: AdamW stays on the autograd engine), and its torch module
+(neural/card_fit.py, neural_seq.fit_cards' recipe: groups of whole cards of about 512 targets in a torch.randperm
+order each epoch, Adam at a cosine rate, the clip box after every step, the final weights), whose batches the generated
+plug-in's trainer does not make (engine/seq_engine.py's adam_fit: its own card batches and order), and its torch module
 (neural/nn17_torch.py, the `--trainer upstream` path and the reference tests/test_nn17_compiled.py holds this kernel
 equal to) is written with nn.Linear layers. Generating card_fit's card_loss from one definition is left.
 """
